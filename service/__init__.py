@@ -1,0 +1,1 @@
+"""The A2A service: servicer, task engine, stores, agents and the `python -m service` CLI."""

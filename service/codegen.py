@@ -1,0 +1,80 @@
+"""`make gen`: compile proto/a2a.proto into gen/ with grpcio-tools.
+
+Two steps instead of one plain protoc call, so that the embedded descriptor is
+byte-identical to the one a2a-sdk ships and both can live in one process (the
+protobuf runtime refuses a second `a2a.proto` that differs by a single byte):
+
+1. protoc writes a descriptor set; that form carries each field's `json_name`.
+2. The set is fed back to protoc for code generation, with the dependency's
+   `google.api.field_behavior` extension marked `packed = false`, as in current
+   googleapis (the installed copy may lack that option, which changes the bytes
+   of every REQUIRED field's options).
+
+Run: python -m service.codegen [OUT_DIR]   (default: gen)
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import tempfile
+
+import grpc_tools
+from google.protobuf import descriptor_pb2
+from grpc_tools import protoc
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROTO_DIR = ROOT / "proto"
+PROTO_FILE = "a2a.proto"
+
+
+def _include_dirs() -> list[str]:
+    import google.api.http_pb2 as http_pb2  # locates the installed googleapis protos
+
+    googleapis = pathlib.Path(http_pb2.__file__).parent.parent.parent
+    well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"
+    return [str(PROTO_DIR), str(googleapis), str(well_known)]
+
+
+def _run_protoc(args: list[str]) -> None:
+    if protoc.main(["protoc", *args]) != 0:
+        raise SystemExit(f"protoc failed: {' '.join(args)}")
+
+
+def descriptor_set() -> descriptor_pb2.FileDescriptorSet:
+    """The compiled contract with its imports, normalised as described above."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "set.pb"
+        includes = [f"-I{d}" for d in _include_dirs()]
+        _run_protoc([*includes, "--include_imports", f"--descriptor_set_out={out}", PROTO_FILE])
+        fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+    for file in fds.file:
+        if file.name == "google/api/field_behavior.proto":
+            for ext in file.extension:
+                if ext.name == "field_behavior":
+                    ext.options.packed = False
+    return fds
+
+
+def generate(out_dir: pathlib.Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        set_path = pathlib.Path(tmp) / "set.pb"
+        set_path.write_bytes(descriptor_set().SerializeToString())
+        _run_protoc(
+            [
+                f"--descriptor_set_in={set_path}",
+                f"--python_out={out_dir}",
+                f"--pyi_out={out_dir}",
+                f"--grpc_python_out={out_dir}",
+                PROTO_FILE,
+            ]
+        )
+    grpc_module = out_dir / "a2a_pb2_grpc.py"
+    text = grpc_module.read_text()
+    grpc_module.write_text(text.replace("import a2a_pb2 as", "from gen import a2a_pb2 as"))
+    (out_dir / "__init__.py").write_text('"""Generated from proto/a2a.proto by `make gen`. Do not edit."""\n')
+
+
+if __name__ == "__main__":
+    generate(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "gen")

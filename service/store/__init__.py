@@ -1,0 +1,25 @@
+"""Task stores behind one seam (`TaskStore`), chosen by URL with `open_store`."""
+
+from __future__ import annotations
+
+from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery, TaskStore
+
+__all__ = ["Scope", "StoredEvent", "TaskPage", "TaskQuery", "TaskStore", "open_store"]
+
+
+def open_store(url: str) -> TaskStore:
+    """`memory:` or `sqlite:///path/to/file.db` (relative paths allowed: `sqlite:data/a2a.db`)."""
+    if url in ("memory:", "memory://"):
+        from service.store.memory import MemoryTaskStore
+
+        return MemoryTaskStore()
+    if url.startswith("sqlite:"):
+        from service.store.sqlite import SqliteTaskStore
+
+        path = url[len("sqlite:") :]
+        if path.startswith("///"):
+            path = path[2:]
+        elif path.startswith("//"):
+            raise ValueError(f"store URL {url!r}: use sqlite:///absolute/path or sqlite:relative/path")
+        return SqliteTaskStore(path)
+    raise ValueError(f"unknown store URL {url!r}: expected memory: or sqlite:PATH")

@@ -1,0 +1,88 @@
+"""The task store seam: what the engine needs from durable storage.
+
+Everything is scoped: a task belongs to one (tenant, owner) pair and is
+invisible from any other. Tasks are stored as whole `Task` snapshots plus the
+numbered events that produced them (for stream resume); push configs live in
+the same store so they share its durability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from gen import a2a_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Who may see a task: the tenant it was created under and its owner."""
+
+    tenant: str = ""
+    owner: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskQuery:
+    """A ListTasks page request, already validated by the engine."""
+
+    context_id: str = ""
+    state: int = 0  # pb.TaskState; 0 = any
+    status_after_us: int | None = None  # only tasks whose status timestamp is strictly later
+    page_size: int = 50
+    cursor: tuple[int, str] | None = None  # (status_us, task_id) of the last row already returned
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    tasks: list[pb.Task]
+    total_size: int  # rows matching the filters, ignoring paging
+    next_cursor: tuple[int, str] | None  # None on the last page
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    event: pb.StreamResponse
+
+
+class TaskStore(Protocol):
+    async def open(self) -> None:
+        """Create schema / connections. Idempotent."""
+
+    async def close(self) -> None: ...
+
+    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
+        """Insert or replace the task snapshot and append its new events, atomically.
+
+        Returns only after the write is durable (survives kill -9 of this process).
+        Order of calls is order of commit.
+        """
+
+    async def get(self, scope: Scope, task_id: str) -> pb.Task | None: ...
+
+    async def list(self, scope: Scope, query: TaskQuery) -> TaskPage:
+        """Newest status timestamp first, then task id descending."""
+
+    async def events_after(self, scope: Scope, task_id: str, seq: int) -> list[StoredEvent]:
+        """Stored events of a task with sequence number > seq, in order."""
+
+    async def last_seq(self, scope: Scope, task_id: str) -> int:
+        """Highest stored event sequence of the task (0 when none)."""
+
+    async def unsettled(self) -> list[tuple[Scope, pb.Task]]:
+        """Tasks in SUBMITTED or WORKING state: after a restart nobody runs them."""
+
+    async def put_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig) -> None:
+        """Insert or replace by (task_id, id)."""
+
+    async def get_push_config(
+        self, scope: Scope, task_id: str, config_id: str
+    ) -> pb.TaskPushNotificationConfig | None: ...
+
+    async def list_push_configs(
+        self, scope: Scope, task_id: str, page_size: int, after_id: str | None
+    ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
+        """Ordered by config id; returns (configs, last id when more follow else None)."""
+
+    async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...
