@@ -29,8 +29,11 @@ run: setup
 test: setup tools
 	$(PY) -m pytest -q
 
+# buf cannot resolve the google/api imports (installed googleapis-common-protos,
+# no registry deps), so lint an image compiled by grpcio-tools; see buf.yaml.
 lint: setup tools
-	$(BUF) lint
+	$(PY) -m service.codegen image build/a2a.binpb
+	$(BUF) lint build/a2a.binpb --path a2a.proto
 	$(PY) -m ruff check service gateway tests
 
 gen: setup

@@ -11,6 +11,12 @@ protobuf runtime refuses a second `a2a.proto` that differs by a single byte):
    of every REQUIRED field's options).
 
 Run: python -m service.codegen [OUT_DIR]   (default: gen)
+
+`python -m service.codegen image PATH` instead writes the same descriptor set,
+plus source info (comments, locations), to PATH as a binary image for
+`buf lint` / `buf breaking` (see buf.yaml and `make lint`): buf cannot resolve
+the google/api imports itself, since they come from the installed
+googleapis-common-protos rather than from a registry.
 """
 
 from __future__ import annotations
@@ -41,12 +47,19 @@ def _run_protoc(args: list[str]) -> None:
         raise SystemExit(f"protoc failed: {' '.join(args)}")
 
 
-def descriptor_set() -> descriptor_pb2.FileDescriptorSet:
-    """The compiled contract with its imports, normalised as described above."""
+def descriptor_set(include_source_info: bool = False) -> descriptor_pb2.FileDescriptorSet:
+    """The compiled contract with its imports, normalised as described above.
+
+    `include_source_info` adds comments and locations (for buf); code
+    generation never uses it, so comments cannot leak into gen/.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "set.pb"
         includes = [f"-I{d}" for d in _include_dirs()]
-        _run_protoc([*includes, "--include_imports", f"--descriptor_set_out={out}", PROTO_FILE])
+        extra = ["--include_source_info"] if include_source_info else []
+        _run_protoc(
+            [*includes, "--include_imports", *extra, f"--descriptor_set_out={out}", PROTO_FILE]
+        )
         fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
     for file in fds.file:
         if file.name == "google/api/field_behavior.proto":
@@ -73,8 +86,21 @@ def generate(out_dir: pathlib.Path) -> None:
     grpc_module = out_dir / "a2a_pb2_grpc.py"
     text = grpc_module.read_text()
     grpc_module.write_text(text.replace("import a2a_pb2 as", "from gen import a2a_pb2 as"))
-    (out_dir / "__init__.py").write_text('"""Generated from proto/a2a.proto by `make gen`. Do not edit."""\n')
+    (out_dir / "__init__.py").write_text(
+        '"""Generated from proto/a2a.proto by `make gen`. Do not edit."""\n'
+    )
+
+
+def write_image(path: pathlib.Path) -> None:
+    """Write the contract with imports and source info as a buf-readable image."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(descriptor_set(include_source_info=True).SerializeToString())
 
 
 if __name__ == "__main__":
-    generate(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "gen")
+    if len(sys.argv) == 3 and sys.argv[1] == "image":
+        write_image(pathlib.Path(sys.argv[2]))
+    elif len(sys.argv) <= 2:
+        generate(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "gen")
+    else:
+        raise SystemExit("usage: python -m service.codegen [OUT_DIR] | image PATH")
