@@ -1,0 +1,211 @@
+"""The agent plug-in API.
+
+An agent is any object with `async def run(self, ctx: TurnContext) -> None`.
+The engine calls it once per turn. The agent reports progress through the
+context; the engine turns every call into a numbered, persisted task event and
+enforces the protocol (legal transitions, ordering, ids). If `run` returns
+without settling the task, the engine completes it. If it raises, the task
+fails with a sanitized message. CancelTask reaches the agent as
+`asyncio.CancelledError` inside `run`.
+
+Load one by import path: `package.module:attr`, where attr is an agent object,
+or a class / zero-argument factory that returns one. Built-ins: `echo`, `command`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from google.protobuf import json_format, struct_pb2
+
+from gen import a2a_pb2 as pb
+
+PartsLike = str | pb.Part | Iterable[pb.Part]
+
+
+@runtime_checkable
+class Agent(Protocol):
+    async def run(self, ctx: TurnContext) -> None: ...
+
+
+class TurnSink(Protocol):
+    """What the engine offers a turn; TurnContext is the friendly face of it."""
+
+    def status(self, state: int, message: pb.Message | None, metadata: dict | None) -> None: ...
+    def artifact(
+        self, artifact: pb.Artifact, append: bool, last_chunk: bool, metadata: dict | None
+    ) -> None: ...
+    def reply(self, message: pb.Message) -> None: ...
+    async def flushed(self) -> None: ...
+    async def next_input(self) -> pb.Message: ...
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent the turn: the authenticated principal ('' when anonymous) and tenant."""
+
+    principal: str = ""
+    tenant: str = ""
+    extensions: tuple[str, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def make_parts(content: PartsLike) -> list[pb.Part]:
+    if isinstance(content, str):
+        return [pb.Part(text=content)]
+    if isinstance(content, pb.Part):
+        return [content]
+    return list(content)
+
+
+def agent_message(content: PartsLike | pb.Message, task_id: str, context_id: str) -> pb.Message:
+    if isinstance(content, pb.Message):
+        msg = pb.Message()
+        msg.CopyFrom(content)
+        if not msg.message_id:
+            msg.message_id = uuid.uuid4().hex
+        msg.role = msg.role or pb.ROLE_AGENT
+    else:
+        msg = pb.Message(message_id=uuid.uuid4().hex, role=pb.ROLE_AGENT, parts=make_parts(content))
+    if task_id:
+        msg.task_id = task_id
+    msg.context_id = context_id
+    return msg
+
+
+def text_of(message: pb.Message) -> str:
+    """The text parts of a message, joined by newlines."""
+    return "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
+
+
+class TurnContext:
+    """One turn of one task, as the agent sees it."""
+
+    def __init__(
+        self,
+        sink: TurnSink,
+        *,
+        message: pb.Message,
+        task_id: str,
+        context_id: str,
+        task: pb.Task | None,
+        caller: Caller,
+    ) -> None:
+        self._sink = sink
+        self.message = message
+        self.task_id = task_id
+        self.context_id = context_id
+        self.task = task  # snapshot before this turn (None for a new task)
+        self.caller = caller
+
+    @property
+    def text(self) -> str:
+        return text_of(self.message)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return json_format.MessageToDict(self.message.metadata) if self.message.HasField("metadata") else {}
+
+    def _msg(self, content: PartsLike | pb.Message | None) -> pb.Message | None:
+        if content is None:
+            return None
+        return agent_message(content, self.task_id, self.context_id)
+
+    async def working(self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None) -> None:
+        """Report progress (TASK_STATE_WORKING), optionally with an agent message."""
+        self._sink.status(pb.TASK_STATE_WORKING, self._msg(content), metadata)
+
+    async def artifact(
+        self,
+        content: PartsLike,
+        *,
+        artifact_id: str | None = None,
+        name: str = "",
+        description: str = "",
+        append: bool = False,
+        last_chunk: bool = False,
+        metadata: dict | None = None,
+    ) -> str:
+        """Emit an artifact or a chunk of one; returns the artifact id to append to."""
+        art = pb.Artifact(
+            artifact_id=artifact_id or uuid.uuid4().hex,
+            name=name,
+            description=description,
+            parts=make_parts(content),
+        )
+        self._sink.artifact(art, append, last_chunk, metadata)
+        return art.artifact_id
+
+    async def reply(self, content: PartsLike | pb.Message) -> None:
+        """Answer directly with a Message; no task is stored when this is the turn's only output."""
+        self._sink.reply(self._msg(content))
+
+    async def complete(self, content: PartsLike | pb.Message | None = None) -> None:
+        self._sink.status(pb.TASK_STATE_COMPLETED, self._msg(content), None)
+
+    async def fail(self, content: PartsLike | pb.Message | None = None) -> None:
+        self._sink.status(pb.TASK_STATE_FAILED, self._msg(content), None)
+
+    async def reject(self, content: PartsLike | pb.Message | None = None) -> None:
+        self._sink.status(pb.TASK_STATE_REJECTED, self._msg(content), None)
+
+    async def require_input(self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None) -> None:
+        """End the turn waiting for the caller's next message (a new turn will handle it)."""
+        self._sink.status(pb.TASK_STATE_INPUT_REQUIRED, self._msg(content), metadata)
+
+    async def require_auth(self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None) -> None:
+        self._sink.status(pb.TASK_STATE_AUTH_REQUIRED, self._msg(content), metadata)
+
+    async def ask(self, content: PartsLike | pb.Message, *, metadata: dict | None = None) -> pb.Message:
+        """Pause mid-turn: the task goes INPUT_REQUIRED, the carrying request ends, and
+        this call returns the caller's follow-up message when it arrives (on any binding)."""
+        self._sink.status(pb.TASK_STATE_INPUT_REQUIRED, self._msg(content), metadata)
+        message = await self._sink.next_input()
+        self.message = message
+        return message
+
+    async def flushed(self) -> None:
+        """Wait until everything emitted so far is committed (rarely needed)."""
+        await self._sink.flushed()
+
+
+def metadata_struct(metadata: dict | None) -> struct_pb2.Struct | None:
+    if not metadata:
+        return None
+    s = struct_pb2.Struct()
+    s.update(metadata)
+    return s
+
+
+BUILTIN_AGENTS = {
+    "echo": "service.agents.echo:EchoAgent",
+    "command": "service.agents.command:CommandAgent",
+}
+
+
+def load_agent(spec: str, **options: Any) -> Agent:
+    """Resolve `echo`, `command` or `package.module:attr` to an agent object."""
+    path = BUILTIN_AGENTS.get(spec, spec)
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"agent {spec!r}: expected 'package.module:attr' or one of {sorted(BUILTIN_AGENTS)}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"agent {spec!r}: cannot import module {module_name!r} ({exc})") from None
+    try:
+        target = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"agent {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    agent = target(**options) if isinstance(target, type) or (callable(target) and not hasattr(target, "run")) else target
+    if not isinstance(agent, Agent):
+        raise ValueError(f"agent {spec!r}: object has no 'async def run(self, ctx)' method")
+    return agent
+
+
+def ensure_sequence(value: Sequence[str] | str) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)

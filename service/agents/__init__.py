@@ -1,0 +1,1 @@
+"""Built-in agents: `echo` (the default) and `command`."""

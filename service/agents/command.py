@@ -1,0 +1,120 @@
+"""Runs a configured program once per turn and streams what it prints.
+
+stdin is the message text; stdout becomes one artifact, chunk by chunk; exit
+status 0 completes the task, anything else fails it with the tail of stderr.
+Cancellation sends SIGTERM, then SIGKILL after a grace period. Each context
+gets its own working directory, kept across turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import pathlib
+import shlex
+import signal
+from collections.abc import Sequence
+
+from service.agent import TurnContext
+
+CHUNK_BYTES = 64 * 1024
+STDERR_TAIL = 2000
+
+
+class CommandAgent:
+    name = "Command"
+    description = "Runs a configured program for each message and streams its output."
+    skills = [
+        {
+            "id": "command",
+            "name": "Run command",
+            "description": "Feeds the message text to a program and returns what it prints.",
+            "tags": ["command", "process"],
+        }
+    ]
+
+    def __init__(
+        self,
+        argv: Sequence[str] | str = (),
+        workspace_root: str | pathlib.Path = "data/workspaces",
+        kill_grace_seconds: float = 5.0,
+    ) -> None:
+        self.argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        if not self.argv:
+            raise ValueError("the command agent needs a program to run (--command / A2A_COMMAND)")
+        self.workspace_root = pathlib.Path(workspace_root)
+        self.kill_grace_seconds = kill_grace_seconds
+
+    def workdir(self, context_id: str) -> pathlib.Path:
+        # Prefixed so that ids such as '..' can never name a directory outside the root.
+        path = self.workspace_root / f"ctx-{context_id}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    async def run(self, ctx: TurnContext) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *self.argv,
+            cwd=self.workdir(ctx.context_id),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            await ctx.working()
+            feed = asyncio.ensure_future(self._feed(proc, ctx.text.encode()))
+            tail = asyncio.ensure_future(self._stderr_tail(proc))
+            await self._stream_stdout(proc, ctx)
+            code = await proc.wait()
+            await feed
+            err = await tail
+        except asyncio.CancelledError:
+            await self._stop(proc)
+            raise
+        if code == 0:
+            await ctx.complete()
+        else:
+            detail = f": {err}" if err else ""
+            await ctx.fail(f"The command exited with status {code}{detail}")
+
+    async def _feed(self, proc: asyncio.subprocess.Process, data: bytes) -> None:
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+            proc.stdin.close()
+
+    async def _stream_stdout(self, proc: asyncio.subprocess.Process, ctx: TurnContext) -> None:
+        assert proc.stdout is not None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        artifact_id: str | None = None
+        while chunk := await proc.stdout.read(CHUNK_BYTES):
+            text = decoder.decode(chunk)
+            if text:
+                artifact_id = await ctx.artifact(
+                    text, artifact_id=artifact_id, name="stdout", append=artifact_id is not None
+                )
+        rest = decoder.decode(b"", final=True)
+        await ctx.artifact(
+            rest, artifact_id=artifact_id, name="stdout", append=artifact_id is not None, last_chunk=True
+        )
+
+    async def _stderr_tail(self, proc: asyncio.subprocess.Process) -> str:
+        assert proc.stderr is not None
+        tail = b""
+        while chunk := await proc.stderr.read(CHUNK_BYTES):
+            tail = (tail + chunk)[-STDERR_TAIL:]
+        return tail.decode("utf-8", errors="replace").strip()
+
+    async def _stop(self, proc: asyncio.subprocess.Process) -> None:
+        if proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), self.kill_grace_seconds)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()

@@ -1,0 +1,246 @@
+"""A2AApi: the 11 RPCs of lf.a2a.v1.A2AService, transport-free.
+
+Each method takes the request message and a `CallContext` (service parameters
+and the caller), and returns the response message or an async iterator of
+`StreamResponse`; errors are raised as A2AError. The gRPC servicer and the HTTP
+gateway are thin adapters over this one object, so every binding behaves alike.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+
+from google.protobuf import empty_pb2
+
+from gen import a2a_pb2 as pb
+from service.agent import Caller
+from service.card import CardBuilder
+from service.engine import Engine, shape_task
+from service.errors import (
+    ExtensionSupportRequiredError,
+    PushNotificationNotSupportedError,
+    TaskNotFoundError,
+    VersionNotSupportedError,
+    invalid_field,
+)
+from service.store import Scope
+from service.validation import check_history_length, check_id, check_message, check_required
+
+SUPPORTED_VERSIONS = ("1.0",)
+VERSION_KEY = "a2a-version"
+EXTENSIONS_KEY = "a2a-extensions"
+PUSH_PAGE_DEFAULT = 50
+PUSH_PAGE_MAX = 100
+
+
+@dataclass
+class CallContext:
+    """What a transport knows about one call, in transport-neutral form."""
+
+    metadata: Mapping[str, str] = field(default_factory=dict)  # lower-case keys
+    principal: str = ""  # authenticated caller ('' = anonymous)
+    # Version assumed when the caller sends none: 1.0 on gRPC (the package names
+    # it), 0.3 on HTTP bindings (as the spec says for a missing header).
+    default_version: str = "1.0"
+    resume_after: int | None = None  # stream resume point (HTTP Last-Event-ID)
+
+    @property
+    def version(self) -> str:
+        value = self.metadata.get(VERSION_KEY)
+        return value.strip() if value is not None and value.strip() else self.default_version
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        raw = self.metadata.get(EXTENSIONS_KEY, "")
+        return tuple(u for u in (part.strip() for part in raw.split(",")) if u)
+
+
+class A2AApi:
+    def __init__(
+        self,
+        engine: Engine,
+        cards: CardBuilder,
+        *,
+        push_notifications: bool = False,
+        required_extensions: tuple[str, ...] = (),
+    ) -> None:
+        self.engine = engine
+        self.cards = cards
+        self.push_notifications = push_notifications
+        self.required_extensions = required_extensions
+
+    # ---- shared checks -----------------------------------------------------
+
+    def _admit(self, call: CallContext, request: object) -> Scope:
+        version = call.version
+        if version not in SUPPORTED_VERSIONS:
+            raise VersionNotSupportedError(
+                f"A2A version {version!r} is not supported; supported: {', '.join(SUPPORTED_VERSIONS)}. "
+                "Send the header 'A2A-Version: 1.0' (gRPC metadata 'a2a-version')."
+            , metadata={"requested": version, "supported": ",".join(SUPPORTED_VERSIONS)})
+        missing = [u for u in self.required_extensions if u not in call.extensions]
+        if missing:
+            raise ExtensionSupportRequiredError(
+                f"This agent requires the extension(s) {', '.join(missing)}; list them in the "
+                "A2A-Extensions header (gRPC metadata 'a2a-extensions')."
+            )
+        check_required(request)  # type: ignore[arg-type]
+        return Scope(tenant=getattr(request, "tenant", ""), owner=call.principal)
+
+    def _caller(self, call: CallContext, scope: Scope) -> Caller:
+        return Caller(principal=call.principal, tenant=scope.tenant, extensions=call.extensions,
+                      metadata=dict(call.metadata))
+
+    def _check_push(self) -> None:
+        if not self.push_notifications:
+            raise PushNotificationNotSupportedError(
+                "Push notifications are not enabled on this agent (capabilities.pushNotifications is false)."
+            )
+
+    # ---- messages ----------------------------------------------------------
+
+    async def _start(self, request: pb.SendMessageRequest, call: CallContext, stream: bool):
+        scope = self._admit(call, request)
+        message = request.message
+        check_message(message)
+        config = request.configuration
+        history = check_history_length(config, "configuration.historyLength")
+        push = config.task_push_notification_config if config.HasField("task_push_notification_config") else None
+        if push is not None:
+            self._check_push()
+            self._check_push_config(push, "configuration.taskPushNotificationConfig", need_task=False)
+        turn = await self.engine.send(
+            scope, message, self._caller(call, scope),
+            return_immediately=config.return_immediately and not stream, stream=stream,
+        )
+        if push is not None:
+            stored = pb.TaskPushNotificationConfig()
+            stored.CopyFrom(push)
+            stored.task_id = turn.run.task_id
+            stored.tenant = scope.tenant
+            stored.id = stored.id or str(uuid.uuid4())
+            await self.engine.store.put_push_config(scope, stored)
+        return turn, history
+
+    async def SendMessage(self, request: pb.SendMessageRequest, call: CallContext) -> pb.SendMessageResponse:
+        turn, history = await self._start(request, call, stream=False)
+        if request.configuration.return_immediately and turn.run.task is not None:
+            task = await self.engine.accepted(turn.run)
+            return pb.SendMessageResponse(task=shape_task(task, history))
+        outcome = await self.engine.wait(turn)
+        if isinstance(outcome, pb.Message):
+            return pb.SendMessageResponse(message=outcome)
+        return pb.SendMessageResponse(task=shape_task(outcome, history))
+
+    async def SendStreamingMessage(
+        self, request: pb.SendMessageRequest, call: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        turn, _ = await self._start(request, call, stream=True)
+        assert turn.events is not None
+        return turn.events
+
+    # ---- tasks ---------------------------------------------------------------
+
+    async def GetTask(self, request: pb.GetTaskRequest, call: CallContext) -> pb.Task:
+        scope = self._admit(call, request)
+        check_id(request.id, "id", required=True)
+        history = check_history_length(request)
+        return shape_task(await self.engine.get(scope, request.id), history)
+
+    async def ListTasks(self, request: pb.ListTasksRequest, call: CallContext) -> pb.ListTasksResponse:
+        scope = self._admit(call, request)
+        check_id(request.context_id, "contextId")
+        check_history_length(request)
+        if request.status and request.status not in pb.TaskState.values():
+            raise invalid_field("status", f"unknown task state {request.status}")
+        return await self.engine.list(scope, request)
+
+    async def CancelTask(self, request: pb.CancelTaskRequest, call: CallContext) -> pb.Task:
+        scope = self._admit(call, request)
+        check_id(request.id, "id", required=True)
+        return shape_task(await self.engine.cancel(scope, request.id), None)
+
+    async def SubscribeToTask(
+        self, request: pb.SubscribeToTaskRequest, call: CallContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        scope = self._admit(call, request)
+        check_id(request.id, "id", required=True)
+        return await self.engine.subscribe(scope, request.id, call.resume_after)
+
+    # ---- push notification configs ----------------------------------------------
+
+    def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str, need_task: bool) -> None:
+        check_id(config.task_id, f"{prefix}.taskId" if prefix else "taskId", required=need_task)
+        check_id(config.id, f"{prefix}.id" if prefix else "id")
+        url_field = f"{prefix}.url" if prefix else "url"
+        if not config.url.startswith(("http://", "https://")):
+            raise invalid_field(url_field, "must be an absolute http:// or https:// URL")
+
+    async def _task_must_exist(self, scope: Scope, task_id: str) -> None:
+        await self.engine.get(scope, task_id)  # TaskNotFoundError for unknown or foreign tasks
+
+    async def CreateTaskPushNotificationConfig(
+        self, request: pb.TaskPushNotificationConfig, call: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        scope = self._admit(call, request)
+        self._check_push()
+        self._check_push_config(request, "", need_task=True)
+        await self._task_must_exist(scope, request.task_id)
+        stored = pb.TaskPushNotificationConfig()
+        stored.CopyFrom(request)
+        stored.id = stored.id or str(uuid.uuid4())
+        await self.engine.store.put_push_config(scope, stored)
+        return stored
+
+    async def GetTaskPushNotificationConfig(
+        self, request: pb.GetTaskPushNotificationConfigRequest, call: CallContext
+    ) -> pb.TaskPushNotificationConfig:
+        scope = self._admit(call, request)
+        self._check_push()
+        check_id(request.task_id, "taskId", required=True)
+        check_id(request.id, "id", required=True)
+        await self._task_must_exist(scope, request.task_id)
+        found = await self.engine.store.get_push_config(scope, request.task_id, request.id)
+        if found is None:
+            raise TaskNotFoundError(
+                f"Push notification config {request.id} not found for task {request.task_id}."
+            )
+        return found
+
+    async def ListTaskPushNotificationConfigs(
+        self, request: pb.ListTaskPushNotificationConfigsRequest, call: CallContext
+    ) -> pb.ListTaskPushNotificationConfigsResponse:
+        scope = self._admit(call, request)
+        self._check_push()
+        check_id(request.task_id, "taskId", required=True)
+        page_size = request.page_size or PUSH_PAGE_DEFAULT
+        if not 1 <= page_size <= PUSH_PAGE_MAX:
+            raise invalid_field("pageSize", f"must be between 1 and {PUSH_PAGE_MAX} (got {page_size})")
+        if request.page_token:
+            check_id(request.page_token, "pageToken")
+        await self._task_must_exist(scope, request.task_id)
+        configs, last = await self.engine.store.list_push_configs(
+            scope, request.task_id, page_size, request.page_token or None
+        )
+        return pb.ListTaskPushNotificationConfigsResponse(configs=configs, next_page_token=last or "")
+
+    async def DeleteTaskPushNotificationConfig(
+        self, request: pb.DeleteTaskPushNotificationConfigRequest, call: CallContext
+    ) -> empty_pb2.Empty:
+        scope = self._admit(call, request)
+        self._check_push()
+        check_id(request.task_id, "taskId", required=True)
+        check_id(request.id, "id", required=True)
+        await self._task_must_exist(scope, request.task_id)
+        await self.engine.store.delete_push_config(scope, request.task_id, request.id)
+        return empty_pb2.Empty()  # deleting an absent config is not an error (idempotent)
+
+    # ---- agent card ------------------------------------------------------------
+
+    async def GetExtendedAgentCard(
+        self, request: pb.GetExtendedAgentCardRequest, call: CallContext
+    ) -> pb.AgentCard:
+        self._admit(call, request)
+        return self.cards.extended_card()

@@ -1,0 +1,62 @@
+"""The event bus seam: fan-out of committed task events to live subscribers.
+
+The engine publishes each event after it is committed to the store, in
+sequence order. Each subscriber has its own queue, so a slow or departed
+subscriber never affects another. This in-process bus serves one replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from service.store import StoredEvent
+
+_CLOSED = None  # queue sentinel: the publisher closed the topic
+
+
+class Subscription:
+    def __init__(self, bus: InProcessBus, key: str) -> None:
+        self._bus = bus
+        self.key = key
+        self.queue: asyncio.Queue[StoredEvent | None] = asyncio.Queue()
+
+    def close(self) -> None:
+        self._bus._drop(self)
+
+    async def events(self) -> AsyncIterator[StoredEvent]:
+        """Events until the topic is closed; the caller decides when to stop earlier."""
+        while True:
+            item = await self.queue.get()
+            if item is _CLOSED:
+                return
+            yield item
+
+
+class InProcessBus:
+    def __init__(self) -> None:
+        self._topics: dict[str, set[Subscription]] = {}
+
+    def subscribe(self, key: str) -> Subscription:
+        sub = Subscription(self, key)
+        self._topics.setdefault(key, set()).add(sub)
+        return sub
+
+    def has_subscribers(self, key: str) -> bool:
+        return bool(self._topics.get(key))
+
+    def publish(self, key: str, events: list[StoredEvent]) -> None:
+        for sub in self._topics.get(key, ()):
+            for event in events:
+                sub.queue.put_nowait(event)
+
+    def close_topic(self, key: str) -> None:
+        for sub in self._topics.pop(key, ()):
+            sub.queue.put_nowait(_CLOSED)
+
+    def _drop(self, sub: Subscription) -> None:
+        subs = self._topics.get(sub.key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._topics[sub.key]

@@ -1,0 +1,398 @@
+"""The task engine: protocol rules for messages, tasks, cancellation and streams.
+
+Transport-free: takes and returns generated messages, raises A2AError. One
+TaskRun per live task is the only writer of that task in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from gen import a2a_pb2 as pb
+from service.agent import Agent, Caller, TurnContext
+from service.bus import InProcessBus, Subscription
+from service.errors import (
+    InternalError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    internal_error,
+    invalid_field,
+)
+from service.run import TaskRun
+from service.states import INTERRUPTED, TERMINAL, is_settling, state_name
+from service.store import Scope, TaskQuery, TaskStore
+from service.timeutil import timestamp_micros
+
+log = logging.getLogger("service.engine")
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+RESTART_MESSAGE = (
+    "The server stopped while this task was running; the turn was lost. Send a new message to retry."
+)
+
+
+def shape_task(task: pb.Task, history_length: int | None, include_artifacts: bool = True) -> pb.Task:
+    """A copy of the task as a client asked to see it."""
+    out = pb.Task()
+    out.CopyFrom(task)
+    if history_length is not None and len(out.history) > history_length:
+        keep = list(out.history)[len(out.history) - history_length :] if history_length else []
+        del out.history[:]
+        out.history.extend(keep)
+    if not include_artifacts:
+        del out.artifacts[:]
+    return out
+
+
+def encode_cursor(cursor: tuple[int, str]) -> str:
+    return base64.urlsafe_b64encode(f"{cursor[0]}:{cursor[1]}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        micros, _, task_id = raw.partition(":")
+        if not task_id:
+            raise ValueError
+        return int(micros), task_id
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise invalid_field("pageToken", "not a token returned by a previous ListTasks call") from None
+
+
+@dataclass
+class Turn:
+    """A started turn: its run, its outcome future, and (for streams) its subscription."""
+
+    run: TaskRun
+    outcome: asyncio.Future[pb.Message | None]
+    events: AsyncIterator[pb.StreamResponse] | None = None
+
+
+class Engine:
+    def __init__(self, store: TaskStore, agent: Agent, bus: InProcessBus | None = None) -> None:
+        self.store = store
+        self.agent = agent
+        self.bus = bus or InProcessBus()
+        self._runs: dict[tuple[Scope, str], TaskRun] = {}
+
+    # ---- startup -----------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Tasks that were running when the process died are FAILED with a clear message."""
+        lost = await self.store.unsettled()
+        for scope, task in lost:
+            run = self._new_run(scope, task.id, task.context_id, task)
+            run.seq = await self.store.last_seq(scope, task.id)
+            run.force_state(pb.TASK_STATE_FAILED, RESTART_MESSAGE)
+            await run.finish()
+        return len(lost)
+
+    # ---- runs ----------------------------------------------------------------
+
+    def _new_run(self, scope: Scope, task_id: str, context_id: str, task: pb.Task | None) -> TaskRun:
+        run = TaskRun(
+            store=self.store, bus=self.bus, scope=scope, task_id=task_id,
+            context_id=context_id, task=task, on_idle=self._forget,
+        )
+        self._runs[(scope, task_id)] = run
+        run.ready.set_result(None)
+        return run
+
+    def _forget(self, run: TaskRun) -> None:
+        if self._runs.get((run.scope, run.task_id)) is run and not run.agent_alive:
+            del self._runs[(run.scope, run.task_id)]
+
+    async def _claim(self, scope: Scope, task_id: str) -> TaskRun:
+        """The live run of a stored task, loading it from the store if needed."""
+        key = (scope, task_id)
+        run = self._runs.get(key)
+        if run is not None:
+            await asyncio.shield(run.ready)
+            if self._runs.get(key) is run:
+                return run
+            return await self._claim(scope, task_id)
+        run = TaskRun(store=self.store, bus=self.bus, scope=scope, task_id=task_id,
+                      context_id="", on_idle=self._forget)
+        self._runs[key] = run
+        try:
+            task = await self.store.get(scope, task_id)
+            if task is None:
+                raise TaskNotFoundError(f"Task {task_id} not found.")
+            run.task = task
+            run.context_id = task.context_id
+            run.seq = await self.store.last_seq(scope, task_id)
+        except BaseException as exc:
+            del self._runs[key]
+            run.ready.set_exception(exc)
+            run.ready.exception()  # mark retrieved
+            raise
+        run.ready.set_result(None)
+        return run
+
+    def _release(self, run: TaskRun) -> None:
+        """Drop a run that has no agent coroutine and nothing left to do."""
+        if not run.agent_alive:
+            self._forget(run)
+
+    # ---- SendMessage / SendStreamingMessage ----------------------------------
+
+    async def send(
+        self, scope: Scope, message: pb.Message, caller: Caller, *,
+        return_immediately: bool = False, stream: bool = False,
+    ) -> Turn:
+        """Start a new task's turn or resume an interrupted task. The agent is already running
+        when this returns; with `stream`, `Turn.events` yields the turn's events."""
+        if message.task_id:
+            return await self._follow_up(scope, message, caller, stream)
+        context_id = message.context_id or str(uuid.uuid4())
+        task_id = str(uuid.uuid4())
+        message.context_id = context_id
+        message.task_id = task_id
+        run = self._new_run(scope, task_id, context_id, None)
+        run.first_message = message
+        turn = Turn(run, run.start_turn())
+        if stream:  # subscribe before anything can be emitted
+            turn.events = self._follow(run, self.bus.subscribe(run.key), None, 0, None)
+        if return_immediately:
+            run.materialize()
+        ctx = TurnContext(run, message=message, task_id=task_id, context_id=context_id,
+                          task=None, caller=caller)
+        self._start_agent(run, ctx)
+        return turn
+
+    async def _follow_up(self, scope: Scope, message: pb.Message, caller: Caller, stream: bool) -> Turn:
+        run = await self._claim(scope, message.task_id)
+        assert run.task is not None
+        if message.context_id and message.context_id != run.context_id:
+            self._release(run)
+            raise invalid_field(
+                "message.contextId",
+                f"does not match the context of task {run.task_id}; omit it or send {run.context_id}",
+            )
+        state = run.state
+        if state in TERMINAL:
+            self._release(run)
+            raise UnsupportedOperationError(
+                f"Task {run.task_id} is {state_name(state)} and accepts no more messages; "
+                "start a new task (you may reuse the contextId)."
+            )
+        if state not in INTERRUPTED:
+            raise UnsupportedOperationError("Task is already working.")
+        message.context_id = run.context_id
+        turn = Turn(run, run.start_turn())
+        previous = pb.Task()
+        previous.CopyFrom(run.task)
+        run.accept_follow_up(message)
+        if stream:
+            turn.events = self.subscribe_run(run)
+        if run.input_waiter is not None and not run.input_waiter.done():
+            run.input_waiter.set_result(message)  # the paused agent coroutine continues
+        else:
+            ctx = TurnContext(run, message=message, task_id=run.task_id, context_id=run.context_id,
+                              task=previous, caller=caller)
+            self._start_agent(run, ctx)
+        return turn
+
+    def _start_agent(self, run: TaskRun, ctx: TurnContext) -> None:
+        run.agent_task = asyncio.get_running_loop().create_task(self._drive(run, ctx))
+
+    async def _drive(self, run: TaskRun, ctx: TurnContext) -> None:
+        try:
+            await self.agent.run(ctx)
+        except asyncio.CancelledError:
+            if run.cancel_requested:
+                run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
+            else:
+                # Server shutdown: restart recovery marks the task, nothing to add here.
+                await run.finish()
+                raise
+        except Exception as exc:  # the agent broke: the task fails, the server keeps serving
+            ref = internal_error(exc, f"agent turn of task {run.task_id}").metadata["ref"]
+            run.force_state(pb.TASK_STATE_FAILED, f"The agent failed (ref {ref}).")
+        else:
+            if not run.settled:
+                run.status(pb.TASK_STATE_COMPLETED, None, None)
+        run.agent_task = None
+        await run.finish()
+
+    async def wait(self, turn: Turn) -> pb.Message | pb.Task:
+        """Outcome of a blocking send: the direct reply or the settled task."""
+        reply = await asyncio.shield(turn.outcome)
+        if reply is not None:
+            return reply
+        run = turn.run
+        if run.task is None:
+            raise InternalError("The turn ended without a task.")
+        return run.task
+
+    async def accepted(self, run: TaskRun) -> pb.Task:
+        """For returnImmediately: the task as soon as its creation is committed."""
+        await asyncio.shield(asyncio.ensure_future(run.flushed()))
+        assert run.task is not None
+        return run.task
+
+    # ---- SubscribeToTask -----------------------------------------------------
+
+    async def subscribe(
+        self, scope: Scope, task_id: str, after_seq: int | None = None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """SubscribeToTask. With `after_seq` (a resumed stream), replay stored events after
+        it instead of starting with the Task snapshot."""
+        run = self._runs.get((scope, task_id))
+        if run is not None:
+            await asyncio.shield(run.ready)
+            if run.task is None:  # a direct-reply turn: there is no task
+                raise TaskNotFoundError(f"Task {task_id} not found.")
+            task = run.task
+        else:
+            found = await self.store.get(scope, task_id)
+            if found is None:
+                raise TaskNotFoundError(f"Task {task_id} not found.")
+            task = found
+        if task.status.state in TERMINAL and after_seq is None:
+            raise UnsupportedOperationError(
+                f"Task {task_id} is {state_name(task.status.state)}; there is nothing to subscribe to."
+            )
+        if run is None:
+            return self._stored_only(scope, task, after_seq)
+        return self.subscribe_run(run, after_seq)
+
+    async def _stored_only(
+        self, scope: Scope, task: pb.Task, after_seq: int | None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """A task nobody is running here: its snapshot (or missed events), then the end."""
+        if after_seq is None:
+            yield pb.StreamResponse(task=task)
+            return
+        for stored in await self.store.events_after(scope, task.id, after_seq):
+            yield stored.event
+
+    def subscribe_run(
+        self, run: TaskRun, after_seq: int | None = None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """Live events of a run. Snapshot (or resume point) and subscription are taken
+        together, synchronously, so no event falls between them."""
+        assert run.task is not None
+        sub = self.bus.subscribe(run.key)
+        if after_seq is not None:
+            return self._follow(run, sub, None, after_seq, after_seq)
+        first = pb.StreamResponse()
+        first.task.CopyFrom(run.task)
+        return self._follow(run, sub, first, run.seq, None)
+
+    async def _follow(
+        self,
+        run: TaskRun,
+        sub: Subscription,
+        first: pb.StreamResponse | None,
+        seen: int,
+        replay_after: int | None,
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """Yield `first`, then stored events after `replay_after`, then live events after
+        `seen`, until the turn settles (the task reaches a terminal or interrupted state)."""
+        try:
+            if first is not None:
+                yield first
+                if is_settling(first):
+                    return
+            if replay_after is not None:
+                for stored in await self.store.events_after(run.scope, run.task_id, replay_after):
+                    if stored.seq > seen:
+                        seen = stored.seq
+                        yield stored.event
+                        if is_settling(stored.event):
+                            return
+            async for stored in sub.events():
+                if stored.seq and stored.seq <= seen:
+                    continue  # already covered by the snapshot or the replay
+                seen = max(seen, stored.seq)
+                yield stored.event
+                if is_settling(stored.event):
+                    return
+            if run.turn is not None and run.turn.done() and run.turn.exception() is not None:
+                raise run.turn.exception()
+        finally:
+            sub.close()
+
+    # ---- GetTask / ListTasks / CancelTask --------------------------------------
+
+    async def get(self, scope: Scope, task_id: str) -> pb.Task:
+        run = self._runs.get((scope, task_id))
+        if run is not None and run.task is not None and run.ready.done():
+            return run.task
+        task = await self.store.get(scope, task_id)
+        if task is None:
+            raise TaskNotFoundError(f"Task {task_id} not found.")
+        return task
+
+    async def list(self, scope: Scope, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise invalid_field("pageSize", f"must be between 1 and {MAX_PAGE_SIZE} (got {page_size})")
+        query = TaskQuery(
+            context_id=request.context_id,
+            state=request.status,
+            status_after_us=(
+                timestamp_micros(request.status_timestamp_after)
+                if request.HasField("status_timestamp_after") else None
+            ),
+            page_size=page_size,
+            cursor=decode_cursor(request.page_token) if request.page_token else None,
+        )
+        page = await self.store.list(scope, query)
+        history = request.history_length if request.HasField("history_length") else None
+        include = request.include_artifacts if request.HasField("include_artifacts") else False
+        response = pb.ListTasksResponse(
+            page_size=page_size,
+            total_size=page.total_size,
+            next_page_token=encode_cursor(page.next_cursor) if page.next_cursor else "",
+        )
+        for task in page.tasks:
+            live = self._runs.get((scope, task.id))
+            source = live.task if live is not None and live.task is not None else task
+            response.tasks.append(shape_task(source, history, include))
+        return response
+
+    async def cancel(self, scope: Scope, task_id: str) -> pb.Task:
+        run = await self._claim(scope, task_id)
+        assert run.task is not None
+        if run.state in TERMINAL:
+            self._release(run)
+            raise TaskNotCancelableError(
+                f"Task {task_id} is {state_name(run.state)} and can no longer be canceled."
+            )
+        if run.agent_alive:
+            run.cancel_requested = True
+            agent_task = run.agent_task
+            assert agent_task is not None
+            agent_task.cancel()
+            await asyncio.wait([agent_task])  # not cancelled if this request goes away
+        else:
+            run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
+            await run.finish()
+        return run.task
+
+    # ---- shutdown ------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop agent coroutines (their tasks are recovered on next start) and flush."""
+        runs = list(self._runs.values())
+        for run in runs:
+            if run.agent_alive:
+                assert run.agent_task is not None
+                run.agent_task.cancel()
+        for run in runs:
+            if run.agent_task is not None:
+                await asyncio.gather(run.agent_task, return_exceptions=True)
+            try:
+                await run.flushed()
+            except BaseException:
+                pass

@@ -1,0 +1,84 @@
+"""The gRPC binding: A2AApi behind `lf.a2a.v1.A2AService`, plus the error mapping.
+
+Methods are bound from the service descriptor, not written one by one: every
+RPC in the contract maps to the A2AApi method of the same name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from gen import a2a_pb2 as pb
+from gen import a2a_pb2_grpc
+from service.api import A2AApi, CallContext
+from service.errors import ERROR_DOMAIN, A2AError, as_a2a_error
+
+log = logging.getLogger("service.grpc")
+
+SERVICE = pb.DESCRIPTOR.services_by_name["A2AService"]
+Authenticator = Callable[[dict[str, str]], str]  # metadata -> principal, or raise
+
+
+def error_status(err: A2AError) -> grpc.Status:
+    """A2AError -> gRPC status with google.rpc.ErrorInfo (and BadRequest) details."""
+    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN, metadata=err.metadata)
+    details = [any_pb2.Any()]
+    details[0].Pack(info)
+    if err.field_violations:
+        bad = error_details_pb2.BadRequest()
+        for path, problem in err.field_violations:
+            bad.field_violations.add(field=path, description=problem)
+        details.append(any_pb2.Any())
+        details[1].Pack(bad)
+    code = grpc.StatusCode[err.grpc_status]
+    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=err.message, details=details))
+
+
+def call_context(context: grpc.aio.ServicerContext, authenticate: Authenticator | None) -> CallContext:
+    metadata = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+    principal = authenticate(metadata) if authenticate is not None else ""
+    return CallContext(metadata=metadata, principal=principal)
+
+
+def _unary(name: str, api: A2AApi, authenticate: Authenticator | None):
+    handler = getattr(api, name)
+
+    async def method(self, request, context):
+        try:
+            return await handler(request, call_context(context, authenticate))
+        except Exception as exc:  # every failure leaves as a typed status
+            await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+
+    method.__name__ = name
+    return method
+
+
+def _streaming(name: str, api: A2AApi, authenticate: Authenticator | None):
+    handler = getattr(api, name)
+
+    async def method(self, request, context):
+        try:
+            events = await handler(request, call_context(context, authenticate))
+            async for event in events:
+                yield event
+        except Exception as exc:
+            await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+
+    method.__name__ = name
+    return method
+
+
+def make_servicer(api: A2AApi, authenticate: Authenticator | None = None) -> a2a_pb2_grpc.A2AServiceServicer:
+    """A servicer instance whose methods are generated from the service descriptor."""
+    methods = {
+        m.name: (_streaming if m.server_streaming else _unary)(m.name, api, authenticate)
+        for m in SERVICE.methods
+    }
+    cls = type("A2AServicer", (a2a_pb2_grpc.A2AServiceServicer,), methods)
+    return cls()

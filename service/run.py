@@ -1,0 +1,247 @@
+"""TaskRun: the single writer of one task while it is live in this process.
+
+Every change an agent (or the engine) makes becomes the next numbered event.
+Events are applied to the in-memory snapshot at once, then committed to the
+store in batches by one flusher, and only then published to subscribers, in
+sequence order. A turn "settles" when a committed event puts the task in a
+terminal or interrupted state (or the agent answered with a direct message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from gen import a2a_pb2 as pb
+from service.agent import metadata_struct
+from service.bus import InProcessBus
+from service.errors import InternalError, InvalidAgentResponseError
+from service.states import SETTLED, TERMINAL, state_name
+from service.store import Scope, StoredEvent, TaskStore
+from service.timeutil import micros_to_timestamp, now_micros
+
+log = logging.getLogger("service.run")
+
+SNAPSHOT_SEQ = 0  # sequence of synthetic events that are never stored (direct replies)
+
+
+class TaskRun:
+    def __init__(
+        self,
+        *,
+        store: TaskStore,
+        bus: InProcessBus,
+        scope: Scope,
+        task_id: str,
+        context_id: str,
+        task: pb.Task | None = None,
+        seq: int = 0,
+        on_idle: Callable[[TaskRun], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self.scope = scope
+        self.task_id = task_id
+        self.context_id = context_id
+        self.task = task  # None until the first non-reply emission materializes it
+        self.seq = seq
+        self.key = f"{scope.tenant}\x00{scope.owner}\x00{task_id}"
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.turn: asyncio.Future[pb.Message | None] | None = None  # result: direct reply or None
+        self.agent_task: asyncio.Task | None = None
+        self.input_waiter: asyncio.Future[pb.Message] | None = None
+        self.cancel_requested = False
+        self.direct_reply: pb.Message | None = None
+        self.first_message: pb.Message | None = None
+        self._pending: list[StoredEvent] = []
+        self._flusher: asyncio.Task | None = None
+        self._on_idle = on_idle
+        self.failed_commit: BaseException | None = None
+
+    # ---- state -----------------------------------------------------------
+
+    @property
+    def state(self) -> int:
+        return self.task.status.state if self.task is not None else pb.TASK_STATE_SUBMITTED
+
+    @property
+    def settled(self) -> bool:
+        return self.direct_reply is not None or (self.task is not None and self.state in SETTLED)
+
+    @property
+    def agent_alive(self) -> bool:
+        return self.agent_task is not None and not self.agent_task.done()
+
+    def start_turn(self) -> asyncio.Future[pb.Message | None]:
+        self.turn = asyncio.get_running_loop().create_future()
+        return self.turn
+
+    # ---- emissions (synchronous: applied now, committed by the flusher) ----
+
+    def materialize(self) -> None:
+        """Create the task (SUBMITTED) from the first message; event 1 is its snapshot."""
+        if self.task is not None:
+            return
+        if self.direct_reply is not None:
+            raise InvalidAgentResponseError("The agent already answered with a direct message.")
+        task = pb.Task(id=self.task_id, context_id=self.context_id)
+        task.status.state = pb.TASK_STATE_SUBMITTED
+        micros_to_timestamp(now_micros(), task.status.timestamp)
+        if self.first_message is not None:
+            task.history.append(self.first_message)
+        self.task = task
+        event = pb.StreamResponse()
+        event.task.CopyFrom(task)
+        self._queue(event)
+
+    def status(self, state: int, message: pb.Message | None, metadata: dict | None) -> None:
+        self._check_open()
+        if state in (pb.TASK_STATE_UNSPECIFIED, pb.TASK_STATE_SUBMITTED):
+            raise InvalidAgentResponseError(f"An agent cannot set the state {state_name(state)}.")
+        self.materialize()
+        self._set_status(state, message, metadata)
+
+    def artifact(
+        self, artifact: pb.Artifact, append: bool, last_chunk: bool, metadata: dict | None
+    ) -> None:
+        self._check_open()
+        self.materialize()
+        self._ensure_working()
+        assert self.task is not None
+        existing = next((a for a in self.task.artifacts if a.artifact_id == artifact.artifact_id), None)
+        if existing is not None and append:
+            existing.parts.extend(artifact.parts)
+        elif existing is not None:
+            existing.CopyFrom(artifact)
+        else:
+            self.task.artifacts.append(artifact)
+        event = pb.StreamResponse()
+        update = event.artifact_update
+        update.task_id = self.task_id
+        update.context_id = self.context_id
+        update.artifact.CopyFrom(artifact)
+        update.append = append
+        update.last_chunk = last_chunk
+        meta = metadata_struct(metadata)
+        if meta is not None:
+            update.metadata.CopyFrom(meta)
+        self._queue(event)
+
+    def reply(self, message: pb.Message) -> None:
+        """A direct answer: a Message and no task, if nothing else was emitted yet."""
+        self._check_open()
+        if self.task is not None:
+            # The task already exists (follow-up turn, or returnImmediately): the reply completes it.
+            self._set_status(pb.TASK_STATE_COMPLETED, message, None)
+            return
+        message.ClearField("task_id")
+        self.direct_reply = message
+        event = pb.StreamResponse()
+        event.message.CopyFrom(message)
+        self.bus.publish(self.key, [StoredEvent(SNAPSHOT_SEQ, event)])
+        self._resolve_turn(message)
+
+    def accept_follow_up(self, message: pb.Message) -> None:
+        """A caller's message resumes an interrupted task: history + WORKING."""
+        assert self.task is not None
+        self.task.history.append(message)
+        self._set_status(pb.TASK_STATE_WORKING, None, None)
+
+    def force_state(self, state: int, text: str) -> None:
+        """Engine-made terminal state (cancel, failure, restart recovery)."""
+        if self.direct_reply is not None or (self.task is not None and self.state in TERMINAL):
+            return
+        self.materialize()
+        msg = pb.Message(message_id=f"{self.task_id}-{self.seq + 1}", role=pb.ROLE_AGENT)
+        msg.task_id, msg.context_id = self.task_id, self.context_id
+        msg.parts.add(text=text)
+        self._set_status(state, msg, None)
+
+    def _check_open(self) -> None:
+        if self.direct_reply is not None:
+            raise InvalidAgentResponseError("The agent already answered with a direct message.")
+        if self.task is not None and self.state in TERMINAL:
+            raise InvalidAgentResponseError(
+                f"The task is already {state_name(self.state)}; no further events are allowed."
+            )
+
+    def _ensure_working(self) -> None:
+        if self.state != pb.TASK_STATE_WORKING:
+            self._set_status(pb.TASK_STATE_WORKING, None, None)
+
+    def _set_status(self, state: int, message: pb.Message | None, metadata: dict | None) -> None:
+        assert self.task is not None
+        status = self.task.status
+        status.Clear()
+        status.state = state
+        micros_to_timestamp(now_micros(), status.timestamp)
+        if message is not None:
+            status.message.CopyFrom(message)
+            self.task.history.append(message)
+        event = pb.StreamResponse()
+        update = event.status_update
+        update.task_id = self.task_id
+        update.context_id = self.context_id
+        update.status.CopyFrom(status)
+        meta = metadata_struct(metadata)
+        if meta is not None:
+            update.metadata.CopyFrom(meta)
+        self._queue(event)
+
+    def _queue(self, event: pb.StreamResponse) -> None:
+        self.seq += 1
+        self._pending.append(StoredEvent(self.seq, event))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    # ---- commit & publish --------------------------------------------------
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            assert self.task is not None
+            try:
+                # save() serializes before it yields, so later mutations cannot leak in.
+                await self.store.save(self.scope, self.task, batch)
+            except BaseException as exc:
+                self.failed_commit = exc
+                log.error("commit failed for task %s", self.task_id, exc_info=exc)
+                self._resolve_turn(None, error=InternalError("The task could not be stored."))
+                raise
+            self.bus.publish(self.key, batch)
+            if self.state in SETTLED and not self._pending:
+                self._resolve_turn(None)
+
+    async def flushed(self) -> None:
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    def _resolve_turn(self, reply: pb.Message | None, error: BaseException | None = None) -> None:
+        if self.turn is not None and not self.turn.done():
+            if error is not None:
+                self.turn.set_exception(error)
+            else:
+                self.turn.set_result(reply)
+
+    # ---- agent-facing waits ----------------------------------------------
+
+    async def next_input(self) -> pb.Message:
+        self.input_waiter = asyncio.get_running_loop().create_future()
+        try:
+            return await self.input_waiter
+        finally:
+            self.input_waiter = None
+
+    # ---- end of life --------------------------------------------------------
+
+    async def finish(self) -> None:
+        """After the agent coroutine ended: commit everything, wake waiters, unregister."""
+        try:
+            await self.flushed()
+        except BaseException:  # already logged by the flusher
+            pass
+        self._resolve_turn(self.direct_reply)
+        self.bus.close_topic(self.key)
+        if self._on_idle is not None:
+            self._on_idle(self)

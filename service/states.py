@@ -1,0 +1,26 @@
+"""Task state classes, as the protocol defines them."""
+
+from gen import a2a_pb2 as pb
+
+TERMINAL = frozenset(
+    {pb.TASK_STATE_COMPLETED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELED, pb.TASK_STATE_REJECTED}
+)
+INTERRUPTED = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
+SETTLED = TERMINAL | INTERRUPTED  # a turn ends here: requests return, streams close
+ACTIVE = frozenset({pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING})
+
+
+def state_name(state: int) -> str:
+    return pb.TaskState.Name(state) if state in pb.TaskState.values() else str(state)
+
+
+def is_settling(event: pb.StreamResponse) -> bool:
+    """Whether a stream ends after this event."""
+    kind = event.WhichOneof("payload")
+    if kind == "message":
+        return True
+    if kind == "status_update":
+        return event.status_update.status.state in SETTLED
+    if kind == "task":
+        return event.task.status.state in SETTLED
+    return False

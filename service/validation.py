@@ -1,0 +1,96 @@
+"""Request validation shared by every binding, driven by the contract itself.
+
+REQUIRED fields come from the proto's `google.api.field_behavior` options, so a
+new required field is validated without code here. Field paths in errors use
+the JSON (camelCase) names clients write.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from google.api import field_behavior_pb2
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message as ProtoMessage
+
+from gen import a2a_pb2 as pb
+from service.errors import invalid_field
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+ID_RULE = "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
+_REQUIRED = field_behavior_pb2.FieldBehavior.REQUIRED
+_STRUCT_TYPES = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
+
+
+@cache
+def _plan(descriptor: Descriptor) -> tuple[tuple[FieldDescriptor, bool], ...]:
+    """(field, required) for fields that are required or may contain required fields."""
+    plan = []
+    for field in descriptor.fields:
+        behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
+        required = _REQUIRED in behaviors
+        nested = (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and field.message_type.full_name not in _STRUCT_TYPES
+            and not field.message_type.GetOptions().map_entry
+            and bool(_plan(field.message_type))
+        )
+        if required or nested:
+            plan.append((field, required))
+    return tuple(plan)
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    return field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+
+
+def check_required(message: ProtoMessage, prefix: str = "") -> None:
+    """Raise InvalidParams naming the first REQUIRED field that is missing."""
+    for field, required in _plan(message.DESCRIPTOR):
+        path = f"{prefix}{field.json_name}"
+        value = getattr(message, field.name)
+        if _is_repeated(field):
+            if required and len(value) == 0:
+                raise invalid_field(path, "is required and must not be empty")
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                for i, item in enumerate(value):
+                    check_required(item, f"{path}[{i}].")
+            continue
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            present = message.HasField(field.name)
+            if required and not present:
+                raise invalid_field(path, "is required")
+            if present:
+                check_required(value, f"{path}.")
+        elif required and not value:
+            raise invalid_field(path, "is required")
+
+
+def check_id(value: str, field: str, *, required: bool = False) -> None:
+    if not value:
+        if required:
+            raise invalid_field(field, "is required")
+        return
+    if not ID_PATTERN.fullmatch(value):
+        raise invalid_field(field, ID_RULE)
+
+
+def check_history_length(request: ProtoMessage, field: str = "historyLength") -> int | None:
+    if not request.HasField("history_length"):
+        return None
+    if request.history_length < 0:
+        raise invalid_field(field, f"must not be negative (got {request.history_length})")
+    return request.history_length
+
+
+def check_message(message: pb.Message, prefix: str = "message") -> None:
+    """What the contract cannot say about an incoming message."""
+    check_id(message.message_id, f"{prefix}.messageId", required=True)
+    check_id(message.task_id, f"{prefix}.taskId")
+    check_id(message.context_id, f"{prefix}.contextId")
+    for i, ref in enumerate(message.reference_task_ids):
+        check_id(ref, f"{prefix}.referenceTaskIds[{i}]", required=True)
+    for i, part in enumerate(message.parts):
+        if part.WhichOneof("content") is None:
+            raise invalid_field(f"{prefix}.parts[{i}]", "has no content: set text, raw, url or data")

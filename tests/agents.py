@@ -1,0 +1,66 @@
+"""Test agents whose behaviour is chosen by the message text, so one server covers every path.
+
+Commands (the first word of the message):
+  echo TEXT        artifact with TEXT, then completed (default for anything else)
+  reply TEXT       direct Message reply, no task
+  ask TEXT         asks a question (pauses mid-turn), then echoes the answer and completes
+  input TEXT       ends the turn with INPUT_REQUIRED; the follow-up turn echoes and completes
+  auth             ends the turn with AUTH_REQUIRED
+  slow N           N status updates, 0.05 s apart, then completes
+  hang             waits until canceled
+  chunks N         one artifact in N chunks (append / lastChunk), then completes
+  fail             fails the task
+  raise            raises an exception (the engine must fail the task, sanitized)
+  break            emits after completing (a protocol violation)
+  reject           rejects the task
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.agent import TurnContext
+
+
+class ScriptedAgent:
+    name = "Scripted test agent"
+    description = "Behaviour chosen by the first word of the message."
+
+    async def run(self, ctx: TurnContext) -> None:
+        word, _, rest = ctx.text.partition(" ")
+        if ctx.task is not None and ctx.task.status.state:
+            # A follow-up turn after INPUT_REQUIRED / AUTH_REQUIRED.
+            await ctx.artifact(f"follow-up: {ctx.text}", name="answer")
+            return
+        if word == "reply":
+            await ctx.reply(rest or "hi")
+        elif word == "ask":
+            answer = await ctx.ask(rest or "what?")
+            await ctx.artifact(f"you said: {answer.parts[0].text}", name="answer")
+        elif word == "input":
+            await ctx.require_input(rest or "more please")
+        elif word == "auth":
+            await ctx.require_auth("please authenticate")
+        elif word == "slow":
+            for i in range(int(rest or 3)):
+                await ctx.working(f"step {i}")
+                await asyncio.sleep(0.05)
+        elif word == "hang":
+            await ctx.working("hanging")
+            await asyncio.Event().wait()
+        elif word == "chunks":
+            art = None
+            n = int(rest or 3)
+            for i in range(n):
+                art = await ctx.artifact(f"c{i}", artifact_id=art, append=i > 0, last_chunk=i == n - 1)
+        elif word == "fail":
+            await ctx.fail("it failed on purpose")
+        elif word == "raise":
+            raise RuntimeError("secret /etc/passwd detail")
+        elif word == "break":
+            await ctx.complete("done")
+            await ctx.working("after the end")
+        elif word == "reject":
+            await ctx.reject("no thanks")
+        else:
+            await ctx.artifact(ctx.text, name="echo")
