@@ -28,11 +28,16 @@ from service.errors import (
 from service.store import Scope
 from service.validation import check_history_length, check_id, check_message, check_required
 
-SUPPORTED_VERSIONS = ("1.0",)
+SUPPORTED_VERSIONS = ("1.0",)  # any 1.x is accepted: minor versions are compatible
 VERSION_KEY = "a2a-version"
 EXTENSIONS_KEY = "a2a-extensions"
 PUSH_PAGE_DEFAULT = 50
 PUSH_PAGE_MAX = 100
+
+
+def is_supported_version(version: str) -> bool:
+    major, _, rest = version.partition(".")
+    return major == "1" and (not rest or all(p.isdigit() for p in rest.split(".")))
 
 
 @dataclass
@@ -75,7 +80,7 @@ class A2AApi:
 
     def _admit(self, call: CallContext, request: object) -> Scope:
         version = call.version
-        if version not in SUPPORTED_VERSIONS:
+        if not is_supported_version(version):
             raise VersionNotSupportedError(
                 f"A2A version {version!r} is not supported; supported: {', '.join(SUPPORTED_VERSIONS)}. "
                 "Send the header 'A2A-Version: 1.0' (gRPC metadata 'a2a-version')."

@@ -13,6 +13,7 @@ Commands (the first word of the message):
   raise            raises an exception (the engine must fail the task, sanitized)
   break            emits after completing (a protocol violation)
   reject           rejects the task
+  exts             artifact listing the extensions the caller requested
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class ScriptedAgent:
         elif word == "break":
             await ctx.complete("done")
             await ctx.working("after the end")
+        elif word == "exts":
+            await ctx.artifact(" ".join(ctx.caller.extensions), name="extensions")
         elif word == "reject":
             await ctx.reject("no thanks")
         else:
