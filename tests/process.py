@@ -1,0 +1,67 @@
+"""Run the real service as a child process (`python -m service serve`) for process-level tests."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.grpc_port = free_port()
+        self.args = ["--host", "127.0.0.1", "--grpc-port", str(self.grpc_port), "--http-port", "-1", *args]
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.output: list[str] = []
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "serve", *self.args],
+            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("server exited during startup:\n" + "".join(self.output))
+            self.output.append(line)
+            if line.startswith("A2A service ready"):
+                return self
+        raise RuntimeError("server did not become ready:\n" + "".join(self.output))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def rest_of_output(self) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        return "".join(self.output) + self.proc.stdout.read()
