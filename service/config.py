@@ -31,6 +31,7 @@ class Settings:
     store: str = ""  # default: sqlite in data_dir
     agent: str = "echo"
     command: str = ""  # argv for the `command` agent (shell-style quoting)
+    command_grace_seconds: float = 5.0  # SIGTERM -> SIGKILL delay when a command turn is canceled
     public_url: str = ""  # base URL clients use to reach the HTTP gateway (behind a proxy)
     grpc_public_address: str = ""  # host:port clients use for gRPC
     name: str = ""

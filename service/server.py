@@ -32,7 +32,8 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 def build_agent(settings: Settings):
     if settings.agent == "command":
         workspaces = f"{settings.data_dir}/workspaces"
-        return load_agent("command", argv=settings.command, workspace_root=workspaces)
+        return load_agent("command", argv=settings.command, workspace_root=workspaces,
+                          kill_grace_seconds=settings.command_grace_seconds)
     return load_agent(settings.agent)
 
 

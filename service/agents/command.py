@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import os
 import pathlib
 import shlex
 import signal
@@ -108,13 +109,14 @@ class CommandAgent:
         return tail.decode("utf-8", errors="replace").strip()
 
     async def _stop(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM to the command's whole process group, SIGKILL after the grace period."""
         if proc.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(proc.wait()), self.kill_grace_seconds)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
