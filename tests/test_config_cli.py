@@ -1,0 +1,77 @@
+"""Configuration sources and the CLI: precedence, clear errors, --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from service import config
+from tests.process import ROOT
+
+
+def test_precedence_file_env_flags(tmp_path):
+    cfg = tmp_path / "a2a.toml"
+    cfg.write_text('grpc_port = 1111\nname = "From file"\nagent = "echo"\n'
+                   'skills = [{id = "s", name = "S", description = "d", tags = ["t"]}]\n')
+    s = config.load(str(cfg), env={"A2A_GRPC_PORT": "2222", "A2A_NAME": "From env"}, flags={"grpc_port": 3333})
+    assert s.grpc_port == 3333 and s.name == "From env" and s.skills[0]["id"] == "s"
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"A2A_GRPC_PORT": "abc"}, "grpc_port (from environment A2A_GRPC_PORT): expected an integer"),
+        ({"A2A_GRPC_PORT": "70000"}, "grpc_port: 70000 is not a port number"),
+        ({"A2A_PUSH_NOTIFICATIONS": "maybe"}, "push_notifications (from environment A2A_PUSH_NOTIFICATIONS): expected true or false"),
+        ({"A2A_AGENT": "command"}, "command: the command agent needs a program"),
+        ({"A2A_LOG_LEVEL": "loud"}, "log_level"),
+    ],
+)
+def test_bad_values_name_the_key(env, fragment):
+    with pytest.raises(config.ConfigError) as info:
+        config.load(None, env=env)
+    assert fragment in str(info.value)
+
+
+def test_unknown_file_key_and_bad_toml(tmp_path):
+    bad_key = tmp_path / "k.toml"
+    bad_key.write_text("grpc_prot = 1\n")
+    with pytest.raises(config.ConfigError, match="unknown key 'grpc_prot'"):
+        config.load(str(bad_key), env={})
+    bad_toml = tmp_path / "t.toml"
+    bad_toml.write_text("= nope")
+    with pytest.raises(config.ConfigError, match="not valid TOML"):
+        config.load(str(bad_toml), env={})
+
+
+def test_default_store_is_sqlite_in_data_dir():
+    s = config.load(None, env={"A2A_DATA_DIR": "/srv/a2a"})
+    assert s.store_url == "sqlite:/srv/a2a/tasks.db"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_help_explains_every_flag():
+    out = run_cli("serve", "--help")
+    assert out.returncode == 0
+    for flag in ("--host", "--grpc-port", "--http-port", "--store", "--agent", "--data-dir", "--config"):
+        assert flag in out.stdout
+    assert "A2A_GRPC_PORT" in out.stdout
+
+
+def test_cli_rejects_bad_config_with_exit_2():
+    out = run_cli("serve", "--grpc-port", "99999")
+    assert out.returncode == 2
+    assert "configuration error: grpc_port" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_reports_unknown_agent_without_traceback():
+    out = run_cli("serve", "--agent", "no.such.module:Agent", "--store", "memory:", "--grpc-port", "0", "--http-port", "-1")
+    assert out.returncode == 1
+    assert "cannot import module 'no.such.module'" in out.stderr
+    assert "Traceback" not in out.stderr
