@@ -40,7 +40,11 @@ RESTART_MESSAGE = (
 
 
 def shape_task(task: pb.Task, history_length: int | None, include_artifacts: bool = True) -> pb.Task:
-    """A copy of the task as a client asked to see it."""
+    """The task as a client asked to see it (a copy only when something is cut)."""
+    if (history_length is None or len(task.history) <= history_length) and (
+        include_artifacts or not task.artifacts
+    ):
+        return task
     out = pb.Task()
     out.CopyFrom(task)
     if history_length is not None and len(out.history) > history_length:
@@ -234,8 +238,8 @@ class Engine:
         return run.task
 
     async def accepted(self, run: TaskRun) -> pb.Task:
-        """For returnImmediately: the task as soon as its creation is committed."""
-        await asyncio.shield(asyncio.ensure_future(run.flushed()))
+        """For returnImmediately: the task as soon as its creation (event 1) is committed."""
+        await run.committed(1)
         assert run.task is not None
         return run.task
 

@@ -58,6 +58,8 @@ class TaskRun:
         self._flusher: asyncio.Task | None = None
         self._on_idle = on_idle
         self.failed_commit: BaseException | None = None
+        self.committed_seq = seq
+        self._commit_signal: asyncio.Future[None] | None = None
 
     # ---- state -----------------------------------------------------------
 
@@ -209,9 +211,21 @@ class TaskRun:
                 log.error("commit failed for task %s", self.task_id, exc_info=exc)
                 self._resolve_turn(None, error=InternalError("The task could not be stored."))
                 raise
+            self.committed_seq = batch[-1].seq
+            if self._commit_signal is not None and not self._commit_signal.done():
+                self._commit_signal.set_result(None)
             self.bus.publish(self.key, batch)
             if self.state in SETTLED and not self._pending:
                 self._resolve_turn(None)
+
+    async def committed(self, seq: int) -> None:
+        """Wait until event `seq` is durable (not for later events to be emitted)."""
+        while self.committed_seq < seq:
+            if self.failed_commit is not None:
+                raise InternalError("The task could not be stored.")
+            if self._commit_signal is None or self._commit_signal.done():
+                self._commit_signal = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._commit_signal)
 
     async def flushed(self) -> None:
         while self._flusher is not None and not self._flusher.done():
@@ -237,10 +251,13 @@ class TaskRun:
 
     async def finish(self) -> None:
         """After the agent coroutine ended: commit everything, wake waiters, unregister."""
+        turn = self.turn
         try:
             await self.flushed()
         except BaseException:  # already logged by the flusher
             pass
+        if self.turn is not turn or self.agent_alive:
+            return  # a follow-up started a new turn meanwhile; it owns the run now
         self._resolve_turn(self.direct_reply)
         self.bus.close_topic(self.key)
         if self._on_idle is not None:
