@@ -1,0 +1,64 @@
+"""gRPC health through startup and drain; unexpected exceptions become a sanitized INTERNAL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gen import a2a_pb2 as pb
+from gen import a2a_pb2_grpc
+from service.api import A2AApi
+from service.grpc_servicer import make_servicer
+from service.server import Service
+from tests.conftest import make_settings, user_message
+from tests.grpc_util import expect_error
+
+
+async def test_health_serving_then_not_serving_while_draining(tmp_path):
+    service = Service(make_settings(tmp_path, store="memory:", drain_seconds=1.0))
+    await service.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        check = await health.Check(health_pb2.HealthCheckRequest(service="lf.a2a.v1.A2AService"))
+        assert check.status == health_pb2.HealthCheckResponse.SERVING
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        stopping = asyncio.create_task(service.stop())
+        update = await asyncio.wait_for(watch.read(), 5)
+        assert update.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        await stopping
+
+
+class _ExplodingApi(A2AApi):
+    async def GetTask(self, request, call):
+        raise RuntimeError("database password hunter2 at /srv/secret/path")
+
+
+async def test_unexpected_exception_is_internal_with_correlation_id(tmp_path, caplog):
+    service = Service(make_settings(tmp_path, store="memory:"))
+    await service.start()
+    # The real gRPC binding over an API whose GetTask breaks unexpectedly.
+    exploding = _ExplodingApi(service.engine, service.cards)
+    server = grpc.aio.server()
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(make_servicer(exploding), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            with caplog.at_level(logging.ERROR):
+                err = await expect_error(stub.GetTask(pb.GetTaskRequest(id="t1")), grpc.StatusCode.INTERNAL,
+                                         "INTERNAL_ERROR")
+            assert "hunter2" not in err.details() and "/srv" not in err.details()
+            ref = err.details().split("ref ")[1].rstrip(").")
+            logged = [r for r in caplog.records if ref in r.getMessage()]
+            assert logged and logged[0].exc_info is not None  # the details went to the log
+            # Everything else keeps working.
+            ok = await stub.SendMessage(pb.SendMessageRequest(message=user_message("hi")))
+            assert ok.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        await server.stop(None)
+        await service.stop()
