@@ -11,7 +11,7 @@ import base64
 import binascii
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from gen import a2a_pb2 as pb
@@ -27,7 +27,7 @@ from service.errors import (
 )
 from service.run import TaskRun
 from service.states import INTERRUPTED, TERMINAL, is_settling, state_name
-from service.store import Scope, TaskQuery, TaskStore
+from service.store import Scope, StoredEvent, TaskQuery, TaskStore
 from service.timeutil import timestamp_micros
 
 log = logging.getLogger("service.engine")
@@ -81,10 +81,17 @@ class Turn:
 
 
 class Engine:
-    def __init__(self, store: TaskStore, agent: Agent, bus: InProcessBus | None = None) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        agent: Agent,
+        bus: InProcessBus | None = None,
+        on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
+    ) -> None:
         self.store = store
         self.agent = agent
         self.bus = bus or InProcessBus()
+        self.on_commit = on_commit  # called synchronously after each committed batch of events
         self._runs: dict[tuple[Scope, str], TaskRun] = {}
 
     # ---- startup -----------------------------------------------------------
@@ -104,7 +111,7 @@ class Engine:
     def _new_run(self, scope: Scope, task_id: str, context_id: str, task: pb.Task | None) -> TaskRun:
         run = TaskRun(
             store=self.store, bus=self.bus, scope=scope, task_id=task_id,
-            context_id=context_id, task=task, on_idle=self._forget,
+            context_id=context_id, task=task, on_idle=self._forget, on_commit=self.on_commit,
         )
         self._runs[(scope, task_id)] = run
         run.ready.set_result(None)
@@ -124,7 +131,7 @@ class Engine:
                 return run
             return await self._claim(scope, task_id)
         run = TaskRun(store=self.store, bus=self.bus, scope=scope, task_id=task_id,
-                      context_id="", on_idle=self._forget)
+                      context_id="", on_idle=self._forget, on_commit=self.on_commit)
         self._runs[key] = run
         try:
             task = await self.store.get(scope, task_id)

@@ -38,6 +38,7 @@ class TaskRun:
         task: pb.Task | None = None,
         seq: int = 0,
         on_idle: Callable[[TaskRun], None] | None = None,
+        on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -57,6 +58,7 @@ class TaskRun:
         self._pending: list[StoredEvent] = []
         self._flusher: asyncio.Task | None = None
         self._on_idle = on_idle
+        self._on_commit = on_commit  # e.g. push delivery: sees every committed batch, in order
         self.failed_commit: BaseException | None = None
         self.committed_seq = seq
         self._commit_signal: asyncio.Future[None] | None = None
@@ -215,6 +217,8 @@ class TaskRun:
             if self._commit_signal is not None and not self._commit_signal.done():
                 self._commit_signal.set_result(None)
             self.bus.publish(self.key, batch)
+            if self._on_commit is not None:
+                self._on_commit(self.scope, self.task_id, batch)
             if self.state in SETTLED and not self._pending:
                 self._resolve_turn(None)
 
