@@ -12,6 +12,9 @@ import logging
 import uuid
 from typing import ClassVar
 
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+
 ERROR_DOMAIN = "a2a-protocol.org"
 
 log = logging.getLogger("service.errors")
@@ -184,3 +187,17 @@ def internal_error(exc: BaseException, where: str) -> A2AError:
 
 def as_a2a_error(exc: BaseException, where: str) -> A2AError:
     return exc if isinstance(exc, A2AError) else internal_error(exc, where)
+
+
+def error_details(err: A2AError) -> list[Message]:
+    """The typed details every binding sends: `google.rpc.ErrorInfo`, plus `google.rpc.BadRequest`
+    for field violations (gRPC status details, JSON-RPC `error.data`, REST `error.details`)."""
+    details: list[Message] = [
+        error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN, metadata=err.metadata)
+    ]
+    if err.field_violations:
+        bad = error_details_pb2.BadRequest()
+        for path, problem in err.field_violations:
+            bad.field_violations.add(field=path, description=problem)
+        details.append(bad)
+    return details

@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
-from service.errors import ERROR_DOMAIN, A2AError, as_a2a_error
+from service.errors import A2AError, as_a2a_error, error_details
 
 log = logging.getLogger("service.grpc")
 
@@ -27,15 +27,11 @@ Authenticator = Callable[[dict[str, str]], str]  # metadata -> principal, or rai
 
 def error_status(err: A2AError) -> grpc.Status:
     """A2AError -> gRPC status with google.rpc.ErrorInfo (and BadRequest) details."""
-    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN, metadata=err.metadata)
-    details = [any_pb2.Any()]
-    details[0].Pack(info)
-    if err.field_violations:
-        bad = error_details_pb2.BadRequest()
-        for path, problem in err.field_violations:
-            bad.field_violations.add(field=path, description=problem)
-        details.append(any_pb2.Any())
-        details[1].Pack(bad)
+    details = []
+    for detail in error_details(err):
+        packed = any_pb2.Any()
+        packed.Pack(detail)
+        details.append(packed)
     code = grpc.StatusCode[err.grpc_status]
     return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=err.message, details=details))
 
