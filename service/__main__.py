@@ -32,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--command", help="program for the command agent, shell-quoted, e.g. \"wc -w\"")
     serve.add_argument("--public-url", help="base URL of the HTTP gateway as clients reach it (for the agent card)")
     serve.add_argument("--grpc-public-address", help="host:port of the gRPC endpoint as clients reach it (for the agent card)")
+    serve.add_argument("--upstream", metavar="HOST:PORT",
+                       help="proxy mode: run only the HTTP gateway, forwarding every call to this A2A gRPC server")
+    serve.add_argument("--card-max-age", type=int,
+                       help="seconds clients and caches may reuse the agent card (Cache-Control max-age; default 60)")
+    serve.add_argument("--sse-keepalive-seconds", type=float,
+                       help="seconds between keep-alive comments on idle SSE streams (default 15)")
     serve.add_argument("--name", help="agent name shown in the agent card (default: the agent's own)")
     serve.add_argument("--push-notifications", choices=("true", "false"), help="enable push notification configs (default false)")
     serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")

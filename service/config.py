@@ -34,6 +34,7 @@ class Settings:
     command_grace_seconds: float = 5.0  # SIGTERM -> SIGKILL delay when a command turn is canceled
     public_url: str = ""  # base URL clients use to reach the HTTP gateway (behind a proxy)
     grpc_public_address: str = ""  # host:port clients use for gRPC
+    upstream: str = ""  # proxy mode: host:port of a remote A2A gRPC server; only the gateway runs here
     name: str = ""
     description: str = ""
     version: str = "0.1.0"
@@ -48,6 +49,7 @@ class Settings:
     extended_skills: list[dict[str, Any]] | None = None
     required_extensions: list[str] = field(default_factory=list)
     card_max_age: int = 60
+    sse_keepalive_seconds: float = 15.0  # comment line sent on idle event streams
     drain_seconds: float = 5.0
     log_level: str = "INFO"
 
@@ -134,6 +136,14 @@ def validate(s: Settings) -> None:
             raise ConfigError(f"{key}: {port} is not a port number (0-65535{', or -1 to disable' if low else ''})")
     if s.agent == "command" and not s.command.strip():
         raise ConfigError("command: the command agent needs a program; set --command or A2A_COMMAND")
+    if s.upstream:
+        host, sep, port = s.upstream.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"upstream: expected HOST:PORT of the gRPC server to proxy to, got {s.upstream!r}")
+        if s.http_port < 0:
+            raise ConfigError("upstream: proxy mode serves only the HTTP gateway; set http_port (not -1)")
+    if s.sse_keepalive_seconds <= 0:
+        raise ConfigError("sse_keepalive_seconds: must be positive (seconds between keep-alive comments)")
     if s.card_max_age < 0:
         raise ConfigError("card_max_age: must not be negative")
     if s.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

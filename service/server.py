@@ -14,6 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from gateway.app import build_app
+from gateway.invoker import GrpcInvoker, InProcessInvoker, Invoker
+from gateway.server import HttpServer
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.agent import load_agent
@@ -48,12 +51,52 @@ class Service:
     health: HealthServicer | None = None
     grpc_port: int = 0
     http_port: int = 0
-    _gateway_task: asyncio.Task | None = None
+    http: HttpServer | None = None
+    invoker: Invoker | None = None
+    serving: bool = False  # what both health checks report
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
         s = self.settings
         agent = build_agent(s)
+        if s.http_port >= 0:
+            # Bound first: the agent card must advertise the real port (--http-port 0).
+            self.http = HttpServer(s.host, s.http_port)
+            self.http_port = self.http.port
+        try:
+            if s.upstream:
+                self.cards = self._card_builder(agent)
+                self.invoker = GrpcInvoker(s.upstream, SERVICE)
+            else:
+                await self._start_core(agent)
+                assert self.api is not None
+                self.invoker = InProcessInvoker(self.api, SERVICE)
+            if self.http is not None:
+                await self._start_gateway()
+        except BaseException:
+            await self.stop()
+            raise
+        self.serving = True
+        if self.health is not None:
+            await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+
+    async def _start_gateway(self) -> None:
+        s = self.settings
+        assert self.http is not None and self.cards is not None and self.invoker is not None
+        app = build_app(
+            invoker=self.invoker, service=SERVICE, card=self.cards.public_card(),
+            is_serving=lambda: self.serving, card_max_age=s.card_max_age,
+            keepalive_seconds=s.sse_keepalive_seconds,
+        )
+        level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
+        await self.http.start(app, log_level=level, graceful_seconds=max(1.0, s.drain_seconds))
+        mode = f"proxy to {s.upstream}" if s.upstream else "in-process"
+        log.info("HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s)",
+                 s.host, self.http_port, mode)
+
+    async def _start_core(self, agent: object) -> None:
+        """Store, engine, API and the gRPC server (with health and reflection)."""
+        s = self.settings
         self.store = open_store(s.store_url)
         await self.store.open()
         self.engine = Engine(self.store, agent)
@@ -87,14 +130,29 @@ class Service:
         )
         await server.start()
         self.grpc_server = server
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
         log.info("gRPC A2A service listening on %s:%d (store %s, agent %s)",
                  s.host, self.grpc_port, _safe_store(s.store_url), s.agent)
 
+    def _interfaces(self) -> list[pb.AgentInterface]:
+        """What is really served, preferred first: JSON-RPC (what most clients try first),
+        HTTP+JSON, then gRPC as bare host:port. In proxy mode gRPC is listed only when
+        its public address is configured (the upstream may be private)."""
+        s = self.settings
+        interfaces = []
+        if self.http is not None:
+            base = s.public_url.rstrip("/") or f"http://{_url_host(s.host)}:{self.http_port}"
+            interfaces += [interface(base, "JSONRPC"), interface(base, "HTTP+JSON")]
+        if s.upstream:
+            if s.grpc_public_address:
+                interfaces.append(interface(s.grpc_public_address, "GRPC"))
+        else:
+            interfaces.append(interface(s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}", "GRPC"))
+        return interfaces
+
     def _card_builder(self, agent: object) -> CardBuilder:
         s = self.settings
-        grpc_address = s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}"
-        interfaces = [interface(grpc_address, "GRPC")]
+        interfaces = self._interfaces()
         provider = None
         if s.provider_organization:
             provider = {"organization": s.provider_organization, "url": s.provider_url}
@@ -113,16 +171,29 @@ class Service:
             await self.health.set(name, status)
 
     async def stop(self) -> None:
-        """Drain: report NOT_SERVING, let in-flight calls finish (bounded), then close."""
+        """Drain: both health checks go non-serving, in-flight calls on both servers finish
+        (bounded by drain_seconds; new ones are still accepted meanwhile on HTTP), then the
+        listeners close, remaining streams end with the engine, and the store closes."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self.serving = False
         if self.health is not None:
             await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        drain = self.settings.drain_seconds
+        draining = []
         if self.grpc_server is not None:
-            await self.grpc_server.stop(self.settings.drain_seconds)
+            draining.append(self.grpc_server.stop(drain))
+        if self.http is not None:
+            draining.append(self.http.drain(drain))
+        await asyncio.gather(*draining)
+        http_stopped = asyncio.ensure_future(self.http.stop()) if self.http is not None else None
         if self.engine is not None:
-            await self.engine.close()
+            await self.engine.close()  # ends the streams still open
+        if http_stopped is not None:
+            await http_stopped
+        if self.invoker is not None:
+            await self.invoker.close()
         if self.store is not None:
             await self.store.close()
         log.info("stopped")
@@ -152,7 +223,8 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"A2A service ready: grpc={service.grpc_port}", flush=True)
+    http = f" http={service.http_port}" if service.http is not None else ""
+    print(f"A2A service ready: grpc={service.grpc_port}{http}", flush=True)
     await stop.wait()
     await service.stop()
 

@@ -1,0 +1,76 @@
+"""Request bodies and media types shared by the JSON-RPC and REST bindings.
+
+Requests: `application/json` and `application/a2a+json` are accepted (a
+missing Content-Type is read as JSON; a charset other than UTF-8 is refused).
+Anything else is 415; a body that is not JSON is a parse error (400 on REST,
+-32700 on JSON-RPC) -- never a 500.
+
+Responses: JSON-RPC answers `application/json` (the JSON-RPC binding's media
+type); REST answers `application/a2a+json` (the media type the A2A spec
+registers for HTTP+JSON payloads), or `application/json` when the client's
+Accept header asks for that and not for the A2A type.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
+from gateway.transcode import dumps
+
+JSON_MEDIA_TYPE = "application/json"
+A2A_MEDIA_TYPE = "application/a2a+json"
+ACCEPTED_MEDIA_TYPES = frozenset({JSON_MEDIA_TYPE, A2A_MEDIA_TYPE})
+MAX_BODY_BYTES = 16 * 1024 * 1024  # same limit as the gRPC server's messages
+
+
+def check_content_type(content_type: str | None) -> None:
+    if not content_type:
+        return
+    media, _, params = content_type.partition(";")
+    media = media.strip().lower()
+    if media not in ACCEPTED_MEDIA_TYPES:
+        raise UnsupportedMediaTypeError(
+            f"Content-Type {media!r} is not supported; send {JSON_MEDIA_TYPE} or {A2A_MEDIA_TYPE}."
+        )
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise UnsupportedMediaTypeError(f"charset {value.strip()!r} is not supported; send UTF-8 JSON.")
+
+
+async def read_body(request: Request) -> bytes:
+    """The raw body, bounded by MAX_BODY_BYTES."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise PayloadTooLargeError(f"The request body exceeds {MAX_BODY_BYTES} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise PayloadTooLargeError(f"The request body exceeds {MAX_BODY_BYTES} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json_body(request: Request) -> bytes:
+    """The body of a request that must be JSON: the content type is checked first."""
+    check_content_type(request.headers.get("content-type"))
+    return await read_body(request)
+
+
+def rest_media_type(accept: str | None) -> str:
+    """A2A_MEDIA_TYPE unless the client accepts application/json but not it (or a wildcard)."""
+    if not accept:
+        return A2A_MEDIA_TYPE
+    kinds = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    if kinds & {A2A_MEDIA_TYPE, "*/*", "application/*"} or JSON_MEDIA_TYPE not in kinds:
+        return A2A_MEDIA_TYPE
+    return JSON_MEDIA_TYPE
+
+
+def json_response(value: object, status: int = 200, media_type: str = JSON_MEDIA_TYPE,
+                  headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(value), status_code=status, media_type=media_type, headers=headers)

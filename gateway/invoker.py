@@ -1,0 +1,183 @@
+"""How the gateway reaches the servicer: in-process, or over gRPC to an upstream.
+
+Both invokers expose the same two calls, keyed by the RPC's descriptor name:
+
+- `await unary(name, request, call)` -> the response message;
+- `await stream(name, request, call)` -> an async iterator of StreamResponse.
+  Errors found before the stream starts (validation, unknown task, ...) are
+  raised by the await, so the HTTP layer can still answer with a plain error.
+
+The in-process invoker calls `A2AApi` directly (no network hop, no
+re-serialization). The gRPC invoker is the proxy mode: it forwards the
+request and the call metadata to the upstream service and maps gRPC errors
+back to the one error table through their `google.rpc.ErrorInfo` reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from service.api import CallContext
+from service.errors import (
+    BY_REASON,
+    A2AError,
+    InternalError,
+    InvalidParamsError,
+    MethodNotFoundError,
+    UnauthenticatedError,
+)
+
+# How long the proxy waits for a stream's first event before it commits to a
+# 200 event stream; errors raised later travel inside the stream.
+FIRST_EVENT_GRACE_SECONDS = 1.0
+
+
+class Invoker(Protocol):
+    async def unary(self, name: str, request: Message, call: CallContext) -> Message: ...
+
+    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]: ...
+
+    async def close(self) -> None: ...
+
+
+class InProcessInvoker:
+    """Calls the A2AApi method named like the RPC."""
+
+    def __init__(self, api: object, service: ServiceDescriptor) -> None:
+        self._handlers: dict[str, Callable[[Message, CallContext], Awaitable[Any]]] = {}
+        for method in service.methods:
+            handler = getattr(api, method.name, None)
+            if handler is None:
+                raise TypeError(f"{type(api).__name__} has no method {method.name} for RPC {method.full_name}")
+            self._handlers[method.name] = handler
+
+    async def unary(self, name: str, request: Message, call: CallContext) -> Message:
+        return await self._handlers[name](request, call)
+
+    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]:
+        return await self._handlers[name](request, call)
+
+    async def close(self) -> None:
+        return None
+
+
+# ----------------------------------------------------------------------------- proxy mode
+
+
+class UpstreamUnavailableError(InternalError):
+    """The upstream gRPC service cannot be reached (proxy mode only)."""
+
+    grpc_status = "UNAVAILABLE"
+    http_status = 503
+    default_message = "The upstream A2A service is unavailable; try again later."
+
+
+_BY_CODE: dict[grpc.StatusCode, type[A2AError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidParamsError,
+    grpc.StatusCode.UNIMPLEMENTED: MethodNotFoundError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.UNAVAILABLE: UpstreamUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: UpstreamUnavailableError,
+}
+
+
+def error_from_grpc(exc: grpc.aio.AioRpcError) -> A2AError:
+    """An upstream gRPC error as the A2AError it was raised as (by its ErrorInfo reason)."""
+    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    info: error_details_pb2.ErrorInfo | None = None
+    violations: list[tuple[str, str]] = []
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and info is None:
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations.extend((v.field, v.description) for v in bad.field_violations)
+    cls = BY_REASON.get(info.reason) if info is not None else None
+    if cls is not None:
+        return cls(exc.details() or None, metadata=dict(info.metadata), field_violations=violations)
+    fallback = _BY_CODE.get(exc.code())
+    if fallback is not None:
+        message = exc.details() if fallback is not UpstreamUnavailableError else None
+        return fallback(message or None, field_violations=violations)
+    return InternalError(f"The upstream service failed ({exc.code().name}).")
+
+
+def _metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
+    items = dict(call.metadata)
+    if not items.get("a2a-version", "").strip():
+        items["a2a-version"] = call.default_version  # make the HTTP default explicit upstream
+    return tuple(items.items())
+
+
+class GrpcInvoker:
+    """Forwards every RPC to `target` (host:port) over one grpc.aio channel."""
+
+    def __init__(self, target: str, service: ServiceDescriptor, channel: grpc.aio.Channel | None = None) -> None:
+        self.target = target
+        self._channel = channel or grpc.aio.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+        )
+        self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
+        self._stream: dict[str, grpc.aio.UnaryStreamMultiCallable] = {}
+        for method in service.methods:
+            path = f"/{service.full_name}/{method.name}"
+            output = message_factory.GetMessageClass(method.output_type)
+            kwargs = dict(request_serializer=_serialize, response_deserializer=output.FromString)
+            if method.server_streaming:
+                self._stream[method.name] = self._channel.unary_stream(path, **kwargs)
+            else:
+                self._unary[method.name] = self._channel.unary_unary(path, **kwargs)
+
+    async def unary(self, name: str, request: Message, call: CallContext) -> Message:
+        try:
+            return await self._unary[name](request, metadata=_metadata(call))
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_grpc(exc) from None
+
+    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]:
+        rpc = self._stream[name](request, metadata=_metadata(call))
+        iterator = rpc.__aiter__()
+        first = asyncio.ensure_future(anext(iterator, None))
+        done, _ = await asyncio.wait({first}, timeout=FIRST_EVENT_GRACE_SECONDS)
+        if done:
+            try:
+                first.result()
+            except grpc.aio.AioRpcError as exc:
+                raise error_from_grpc(exc) from None
+        return _relay(rpc, iterator, first)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+async def _relay(rpc: grpc.aio.UnaryStreamCall, iterator: AsyncIterator[Message],
+                 first: asyncio.Future) -> AsyncIterator[Message]:
+    try:
+        try:
+            event = await first
+            while event is not None:
+                yield event
+                event = await anext(iterator, None)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_grpc(exc) from None
+    finally:
+        if not first.done():
+            first.cancel()
+        with contextlib.suppress(Exception):
+            rpc.cancel()  # a client that went away ends only its own upstream stream

@@ -1,0 +1,71 @@
+"""Service parameters: what an HTTP request carries besides the request message.
+
+Headers become call metadata the way grpc-gateway forwards them: a fixed set of
+A2A and credential headers under their own (lower-case) names, and any
+`Grpc-Metadata-<name>` header as `<name>`. `A2A-Version` may also come as a
+query parameter. With no version at all, HTTP bindings assume 0.3, as the spec
+says for a missing header; the API answers that with VersionNotSupportedError
+explaining how to send the header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from service.api import CallContext
+from service.errors import invalid_field
+
+HTTP_DEFAULT_VERSION = "0.3"
+FORWARDED_HEADERS = frozenset({"a2a-version", "a2a-extensions", "authorization", "x-api-key"})
+GRPC_METADATA_PREFIX = "grpc-metadata-"
+VERSION_KEY = "a2a-version"
+
+Authenticator = Callable[[dict[str, str]], str]  # metadata -> principal, or raise
+
+
+def forwarded_metadata(headers: list[tuple[bytes, bytes]], query: Mapping[str, str]) -> dict[str, str]:
+    """Call metadata from raw ASGI headers (and the A2A-Version query parameter)."""
+    metadata: dict[str, str] = {}
+    for raw_name, raw_value in headers:
+        name = raw_name.decode("latin-1").lower()
+        if name in FORWARDED_HEADERS:
+            key = name
+        elif name.startswith(GRPC_METADATA_PREFIX) and len(name) > len(GRPC_METADATA_PREFIX):
+            key = name[len(GRPC_METADATA_PREFIX):]
+        else:
+            continue
+        value = raw_value.decode("latin-1")
+        metadata[key] = f"{metadata[key]},{value}" if key in metadata else value
+    if VERSION_KEY not in metadata:
+        for qkey in ("A2A-Version", "a2a-version"):
+            if qkey in query:
+                metadata[VERSION_KEY] = query[qkey]
+                break
+    return metadata
+
+
+def last_event_id(headers: Mapping[str, str]) -> int | None:
+    """The SSE `Last-Event-ID` (an event sequence number) or None."""
+    raw = headers.get("last-event-id")
+    if raw is None or not raw.strip():
+        return None
+    raw = raw.strip()
+    if not raw.isdigit():
+        raise invalid_field("Last-Event-ID", f"must be an event id this server sent (a number), got {raw!r}")
+    return int(raw)
+
+
+def call_context(
+    raw_headers: list[tuple[bytes, bytes]],
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    authenticate: Authenticator | None,
+) -> CallContext:
+    metadata = forwarded_metadata(raw_headers, query)
+    principal = authenticate(metadata) if authenticate is not None else ""
+    return CallContext(
+        metadata=metadata,
+        principal=principal,
+        default_version=HTTP_DEFAULT_VERSION,
+        resume_after=last_event_id(headers),
+    )

@@ -1,0 +1,91 @@
+"""uvicorn embedded in the service's own event loop.
+
+The listening socket is bound first, so the real port (for `--http-port 0`) is
+known before the agent card that advertises it is built. uvicorn does not
+install signal handlers here: the composition root owns SIGINT/SIGTERM and
+the drain order (health goes non-200, in-flight requests finish, then the
+listener closes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Generator
+
+import uvicorn
+
+log = logging.getLogger("gateway")
+
+
+class _EmbeddedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # signals belong to the process's composition root
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0 picks a free one)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+        sock.listen(2048)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class HttpServer:
+    def __init__(self, host: str, port: int) -> None:
+        try:
+            self.sock = bind(host, port)
+        except OSError as exc:
+            raise OSError(f"cannot listen for HTTP on {host}:{port} ({exc.strerror or exc})") from None
+        self.port: int = self.sock.getsockname()[1]
+        self._server: _EmbeddedServer | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self, app, *, log_level: str = "warning", graceful_seconds: float = 5.0) -> None:
+        config = uvicorn.Config(
+            app, lifespan="off", log_config=None, log_level=log_level.lower(), access_log=False,
+            timeout_graceful_shutdown=max(graceful_seconds, 0.1), server_header=False,
+        )
+        self._server = _EmbeddedServer(config)
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[self.sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise OSError("the HTTP server stopped during startup")
+            await asyncio.sleep(0.005)
+
+    def in_flight(self) -> int:
+        """Requests being handled now (streams included)."""
+        return len(self._server.server_state.tasks) if self._server is not None else 0
+
+    async def drain(self, seconds: float) -> None:
+        """Wait (at most `seconds`) until no request is in flight; keep accepting meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        # uvicorn offers no event for "no requests in flight"; poll its task set.
+        while self.in_flight() and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        """Close the listener, let open responses finish (bounded), then return."""
+        if self._server is None or self._task is None:
+            self.sock.close()
+            return
+        self._server.should_exit = True
+        try:
+            await self._task
+        except Exception:  # pragma: no cover - already logged by uvicorn
+            log.exception("HTTP server stopped with an error")
