@@ -28,6 +28,7 @@ from service.errors import (
 from service.run import TaskRun
 from service.states import INTERRUPTED, TERMINAL, is_settling, state_name
 from service.store import Scope, StoredEvent, TaskQuery, TaskStore
+from service.stream import EventStream
 from service.timeutil import timestamp_micros
 
 log = logging.getLogger("service.engine")
@@ -171,7 +172,7 @@ class Engine:
         run.first_message = message
         turn = Turn(run, run.start_turn())
         if stream:  # subscribe before anything can be emitted
-            turn.events = self._follow(run, self.bus.subscribe(run.key), None, 0, None)
+            turn.events = EventStream(self._follow(run, self.bus.subscribe(run.key), None, 0, None))
         if return_immediately:
             run.materialize()
         ctx = TurnContext(run, message=message, task_id=task_id, context_id=context_id,
@@ -273,18 +274,18 @@ class Engine:
                 f"Task {task_id} is {state_name(task.status.state)}; there is nothing to subscribe to."
             )
         if run is None:
-            return self._stored_only(scope, task, after_seq)
+            return EventStream(self._stored_only(scope, task, after_seq))
         return self.subscribe_run(run, after_seq)
 
     async def _stored_only(
         self, scope: Scope, task: pb.Task, after_seq: int | None
-    ) -> AsyncIterator[pb.StreamResponse]:
+    ) -> AsyncIterator[StoredEvent]:
         """A task nobody is running here: its snapshot (or missed events), then the end."""
         if after_seq is None:
-            yield pb.StreamResponse(task=task)
+            yield StoredEvent(await self.store.last_seq(scope, task.id), pb.StreamResponse(task=task))
             return
         for stored in await self.store.events_after(scope, task.id, after_seq):
-            yield stored.event
+            yield stored
 
     def subscribe_run(
         self, run: TaskRun, after_seq: int | None = None
@@ -294,10 +295,10 @@ class Engine:
         assert run.task is not None
         sub = self.bus.subscribe(run.key)
         if after_seq is not None:
-            return self._follow(run, sub, None, after_seq, after_seq)
+            return EventStream(self._follow(run, sub, None, after_seq, after_seq))
         first = pb.StreamResponse()
         first.task.CopyFrom(run.task)
-        return self._follow(run, sub, first, run.seq, None)
+        return EventStream(self._follow(run, sub, first, run.seq, None))
 
     async def _follow(
         self,
@@ -306,26 +307,26 @@ class Engine:
         first: pb.StreamResponse | None,
         seen: int,
         replay_after: int | None,
-    ) -> AsyncIterator[pb.StreamResponse]:
+    ) -> AsyncIterator[StoredEvent]:
         """Yield `first`, then stored events after `replay_after`, then live events after
         `seen`, until the turn settles (the task reaches a terminal or interrupted state)."""
         try:
             if first is not None:
-                yield first
+                yield StoredEvent(seen, first)
                 if is_settling(first):
                     return
             if replay_after is not None:
                 for stored in await self.store.events_after(run.scope, run.task_id, replay_after):
                     if stored.seq > seen:
                         seen = stored.seq
-                        yield stored.event
+                        yield stored
                         if is_settling(stored.event):
                             return
             async for stored in sub.events():
                 if stored.seq and stored.seq <= seen:
                     continue  # already covered by the snapshot or the replay
                 seen = max(seen, stored.seq)
-                yield stored.event
+                yield stored
                 if is_settling(stored.event):
                     return
             if run.turn is not None and run.turn.done() and run.turn.exception() is not None:
