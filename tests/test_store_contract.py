@@ -1,0 +1,695 @@
+"""The TaskStore contract, run against every implementation, plus SQLite-only
+durability, concurrency and query-plan checks."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import signal
+import sqlite3
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gen import a2a_pb2 as pb
+from service.store import open_store
+from service.store.base import Scope, StoredEvent, TaskQuery
+from service.store.memory import MemoryTaskStore
+from service.store.sqlite import SCHEMA_VERSION, SqliteTaskStore, count_query, page_query
+from service.timeutil import micros_to_timestamp, status_micros
+
+REPO = Path(__file__).resolve().parents[1]
+
+A = Scope("t1", "alice")
+B = Scope("t1", "bob")  # same tenant, other owner
+C = Scope("t2", "alice")  # same owner, other tenant
+D = Scope("", "")
+
+SUBMITTED = pb.TASK_STATE_SUBMITTED
+WORKING = pb.TASK_STATE_WORKING
+COMPLETED = pb.TASK_STATE_COMPLETED
+FAILED = pb.TASK_STATE_FAILED
+CANCELED = pb.TASK_STATE_CANCELED
+INPUT_REQUIRED = pb.TASK_STATE_INPUT_REQUIRED
+
+
+def make_task(
+    task_id: str, *, context_id: str = "ctx", state: int = SUBMITTED, us: int = 1_000_000
+) -> pb.Task:
+    task = pb.Task(id=task_id, context_id=context_id)
+    task.status.state = state
+    micros_to_timestamp(us, task.status.timestamp)
+    return task
+
+
+def status_event(task: pb.Task, seq: int) -> StoredEvent:
+    update = pb.TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id)
+    update.status.CopyFrom(task.status)
+    return StoredEvent(seq, pb.StreamResponse(status_update=update))
+
+
+def make_config(task_id: str, config_id: str, url: str = "https://example.com/hook"):
+    return pb.TaskPushNotificationConfig(task_id=task_id, id=config_id, url=url, token="tok")
+
+
+def reference(tasks: dict[str, pb.Task], q: TaskQuery) -> list[str]:
+    """Expected ListTasks ids (all pages), independent of any store."""
+    rows = [
+        (status_micros(t), t.id)
+        for t in tasks.values()
+        if (not q.context_id or t.context_id == q.context_id)
+        and (not q.state or t.status.state == q.state)
+        and (q.status_after_us is None or status_micros(t) > q.status_after_us)
+    ]
+    rows.sort(reverse=True)
+    return [task_id for _, task_id in rows]
+
+
+async def list_all(store, scope: Scope, q: TaskQuery) -> tuple[list[str], list[int], int]:
+    """Follow next_cursor to the end: (ids, total_size of each page, page count)."""
+    ids: list[str] = []
+    totals: list[int] = []
+    pages = 0
+    cursor = None
+    while True:
+        page = await store.list(scope, _with(q, cursor=cursor))
+        pages += 1
+        ids += [t.id for t in page.tasks]
+        totals.append(page.total_size)
+        if page.next_cursor is None:
+            return ids, totals, pages
+        assert page.tasks, "a page with a next cursor must not be empty"
+        last = page.tasks[-1]
+        assert page.next_cursor == (status_micros(last), last.id)
+        cursor = page.next_cursor
+        assert pages < 1000
+
+
+def _with(q: TaskQuery, **changes) -> TaskQuery:
+    fields = {f: getattr(q, f) for f in q.__dataclass_fields__}
+    fields.update(changes)
+    return TaskQuery(**fields)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request, tmp_path):
+    if request.param == "memory":
+        s = MemoryTaskStore()
+    else:
+        s = SqliteTaskStore(str(tmp_path / "nested" / "dir" / "tasks.db"))
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path):
+    s = SqliteTaskStore(str(tmp_path / "tasks.db"))
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+# ------------------------------------------------------------------ contract
+
+
+async def test_save_get_roundtrip(store):
+    task = make_task("task-1", context_id="ctx-1", state=WORKING, us=1_234_567)
+    task.history.add(message_id="m1", role=pb.ROLE_USER).parts.add(text="hello")
+    task.artifacts.add(artifact_id="a1", name="out").parts.add(text="world")
+    task.metadata["k"] = "v"
+    await store.save(A, task, [status_event(task, 1)])
+    got = await store.get(A, "task-1")
+    assert got == task
+    assert await store.get(A, "missing") is None
+
+
+async def test_save_snapshots_at_call_time(store):
+    task = make_task("t", state=SUBMITTED)
+    await store.save(A, task, [])
+    task.status.state = COMPLETED  # caller mutates its object afterwards
+    assert (await store.get(A, "t")).status.state == SUBMITTED
+
+
+async def test_upsert_replaces_snapshot(store):
+    await store.save(A, make_task("t", state=SUBMITTED, us=10), [])
+    second = make_task("t", state=COMPLETED, us=20)
+    second.history.add(message_id="m2").parts.add(text="done")
+    await store.save(A, second, [])
+    assert await store.get(A, "t") == second
+    page = await store.list(A, TaskQuery())
+    assert [t.id for t in page.tasks] == ["t"]
+    assert page.total_size == 1
+    assert (await store.list(A, TaskQuery(state=SUBMITTED))).total_size == 0
+    assert (await store.list(A, TaskQuery(state=COMPLETED))).total_size == 1
+
+
+async def test_scope_isolation(store):
+    task = make_task("shared", context_id="ctx", state=WORKING)
+    await store.save(A, task, [status_event(task, 1), status_event(task, 2)])
+    await store.put_push_config(A, make_config("shared", "cfg"))
+    for other in (B, C, D, Scope("t1", ""), Scope("", "alice")):
+        assert await store.get(other, "shared") is None
+        for q in (
+            TaskQuery(),
+            TaskQuery(context_id="ctx"),
+            TaskQuery(state=WORKING),
+            TaskQuery(status_after_us=0),
+            TaskQuery(context_id="ctx", state=WORKING),
+        ):
+            page = await store.list(other, q)
+            assert (page.tasks, page.total_size, page.next_cursor) == ([], 0, None)
+        assert await store.events_after(other, "shared", 0) == []
+        assert await store.last_seq(other, "shared") == 0
+        assert await store.get_push_config(other, "shared", "cfg") is None
+        assert await store.list_push_configs(other, "shared", 10, None) == ([], None)
+        assert await store.delete_push_config(other, "shared", "cfg") is False
+    # Nothing above touched A's data.
+    assert await store.get(A, "shared") == task
+    assert await store.last_seq(A, "shared") == 2
+    assert await store.get_push_config(A, "shared", "cfg") == make_config("shared", "cfg")
+
+    # The same task id in another scope is a different task.
+    other_task = make_task("shared", context_id="ctx", state=COMPLETED)
+    await store.save(B, other_task, [status_event(other_task, 7)])
+    assert await store.get(A, "shared") == task
+    assert await store.get(B, "shared") == other_task
+    assert [e.seq for e in await store.events_after(A, "shared", 0)] == [1, 2]
+    assert [e.seq for e in await store.events_after(B, "shared", 0)] == [7]
+    assert (await store.list(A, TaskQuery())).total_size == 1
+    assert (await store.list(B, TaskQuery(state=WORKING))).total_size == 0
+    unsettled = {(s, t.id) for s, t in await store.unsettled()}
+    assert unsettled == {(A, "shared")}
+
+
+async def _seed(store, scope: Scope) -> dict[str, pb.Task]:
+    """40 tasks over 3 contexts, 4 states and colliding timestamps."""
+    states = [SUBMITTED, WORKING, COMPLETED, FAILED]
+    tasks = {}
+    for i in range(40):
+        task = make_task(
+            f"task-{i:02d}",
+            context_id=f"ctx-{i % 3}",
+            state=states[(i * 7) % 4],
+            us=1_000_000 + (i // 4) * 1000,  # 4 tasks share each timestamp
+        )
+        tasks[task.id] = task
+    for task in tasks.values():
+        await store.save(scope, task, [])
+    await store.save(B, make_task("noise", context_id="ctx-0", us=5_000_000), [])
+    return tasks
+
+
+FILTERS = [
+    TaskQuery(),
+    TaskQuery(context_id="ctx-1"),
+    TaskQuery(state=COMPLETED),
+    TaskQuery(status_after_us=1_005_000),
+    TaskQuery(context_id="ctx-2", state=SUBMITTED),
+    TaskQuery(context_id="ctx-0", status_after_us=1_003_000),
+    TaskQuery(state=WORKING, status_after_us=1_002_000),
+    TaskQuery(context_id="ctx-1", state=FAILED, status_after_us=1_001_000),
+    TaskQuery(context_id="no-such-context"),
+    TaskQuery(state=CANCELED),
+    TaskQuery(status_after_us=9_999_999),
+]
+
+
+@pytest.mark.parametrize("query", FILTERS, ids=repr)
+async def test_list_filters(store, query):
+    tasks = await _seed(store, A)
+    expected = reference(tasks, query)
+    page = await store.list(A, _with(query, page_size=100))
+    assert [t.id for t in page.tasks] == expected
+    assert page.total_size == len(expected)
+    assert page.next_cursor is None
+    for t in page.tasks:
+        assert t == tasks[t.id]
+
+
+async def test_status_after_is_strict(store):
+    await store.save(A, make_task("old", us=100), [])
+    await store.save(A, make_task("edge", us=200), [])
+    await store.save(A, make_task("new", us=300), [])
+    page = await store.list(A, TaskQuery(status_after_us=200))
+    assert [t.id for t in page.tasks] == ["new"]
+    assert page.total_size == 1
+    page = await store.list(A, TaskQuery(status_after_us=199))
+    assert [t.id for t in page.tasks] == ["new", "edge"]
+
+
+async def test_list_order_ties_broken_by_id_desc(store):
+    for task_id in ["b", "a", "d", "c"]:
+        await store.save(A, make_task(task_id, us=500), [])
+    await store.save(A, make_task("z-older", us=499), [])
+    await store.save(A, make_task("0-newer", us=501), [])
+    page = await store.list(A, TaskQuery())
+    assert [t.id for t in page.tasks] == ["0-newer", "d", "c", "b", "a", "z-older"]
+
+
+async def test_ids_compare_by_code_point(store):
+    ids = ["a", "Z", "z", "é", "😀", "10", "9", "task-ü"]
+    for task_id in ids:
+        await store.save(A, make_task(task_id, us=7), [status_event(make_task(task_id), 1)])
+    page = await store.list(A, TaskQuery())
+    assert [t.id for t in page.tasks] == sorted(ids, reverse=True)
+    for task_id in ids:  # and every one of them round-trips
+        assert (await store.get(A, task_id)).id == task_id
+        assert await store.last_seq(A, task_id) == 1
+
+
+@pytest.mark.parametrize("page_size", [1, 3, 10, 40, 100])
+@pytest.mark.parametrize("query", FILTERS[:6], ids=repr)
+async def test_paging_no_gaps_no_duplicates(store, query, page_size):
+    tasks = await _seed(store, A)
+    expected = reference(tasks, query)
+    ids, totals, pages = await list_all(store, A, _with(query, page_size=page_size))
+    assert ids == expected
+    assert set(totals) == {len(expected)}
+    # No trailing empty page, even when the size divides the count.
+    assert pages == max(1, -(-len(expected) // page_size))
+
+
+async def test_page_size_zero_returns_no_rows(store):
+    await _seed(store, A)
+    page = await store.list(A, TaskQuery(page_size=0))
+    assert (page.tasks, page.total_size, page.next_cursor) == ([], 40, None)
+
+
+async def test_total_size_follows_state_changes(store):
+    tasks: dict[str, pb.Task] = {}
+    lifecycle = [SUBMITTED, WORKING, INPUT_REQUIRED, WORKING, WORKING, COMPLETED, COMPLETED]
+    us = itertools.count(1_000)
+    for step, state in enumerate(lifecycle):
+        for i in range(6):
+            if i > step:  # tasks appear over time
+                continue
+            task = make_task(f"t{i}", context_id=f"c{i % 2}", state=state, us=next(us))
+            if i == 5 and step == len(lifecycle) - 1:
+                task.status.state = FAILED
+            tasks[task.id] = task
+            await store.save(A, task, [])
+        # A task that moves to another context (not expected in practice, still counted right).
+        if step == 4:
+            moved = make_task("t0", context_id="c-moved", state=CANCELED, us=next(us))
+            tasks["t0"] = moved
+            await store.save(A, moved, [])
+        for context_id in ["", "c0", "c1", "c-moved"]:
+            for state in [0, *set(lifecycle), FAILED, CANCELED]:
+                q = TaskQuery(context_id=context_id, state=state)
+                page = await store.list(A, q)
+                assert page.total_size == len(reference(tasks, q)), (step, q)
+                assert [t.id for t in page.tasks] == reference(tasks, q)
+
+
+async def test_events_after_and_last_seq(store):
+    task = make_task("t")
+    assert await store.last_seq(A, "t") == 0
+    assert await store.events_after(A, "t", 0) == []
+    first = [status_event(task, 1), status_event(task, 2)]
+    await store.save(A, task, first)
+    task.status.state = WORKING
+    await store.save(A, task, [])  # a snapshot without new events
+    second = [status_event(task, 3), status_event(task, 4), status_event(task, 5)]
+    await store.save(A, task, second)
+    assert await store.last_seq(A, "t") == 5
+    got = await store.events_after(A, "t", 0)
+    assert [e.seq for e in got] == [1, 2, 3, 4, 5]
+    assert got == first + second
+    assert [e.seq for e in await store.events_after(A, "t", 2)] == [3, 4, 5]
+    assert await store.events_after(A, "t", 5) == []
+    assert await store.events_after(A, "other", 0) == []
+
+
+async def test_unsettled(store):
+    await store.save(A, make_task("sub", state=SUBMITTED), [])
+    await store.save(A, make_task("work", state=WORKING), [])
+    await store.save(A, make_task("done", state=COMPLETED), [])
+    await store.save(A, make_task("input", state=INPUT_REQUIRED), [])
+    await store.save(C, make_task("work", state=WORKING), [])
+    await store.save(D, make_task("fail", state=FAILED), [])
+    found = {(scope, t.id): t for scope, t in await store.unsettled()}
+    assert set(found) == {(A, "sub"), (A, "work"), (C, "work")}
+    assert found[(A, "work")].status.state == WORKING
+    await store.save(A, make_task("work", state=COMPLETED), [])
+    assert {(s, t.id) for s, t in await store.unsettled()} == {(A, "sub"), (C, "work")}
+
+
+async def test_push_config_crud(store):
+    assert await store.get_push_config(A, "t", "c1") is None
+    await store.put_push_config(A, make_config("t", "c1", "https://one"))
+    await store.put_push_config(A, make_config("t", "c2", "https://two"))
+    await store.put_push_config(A, make_config("t2", "c1", "https://other-task"))
+    assert (await store.get_push_config(A, "t", "c1")).url == "https://one"
+    assert (await store.get_push_config(A, "t2", "c1")).url == "https://other-task"
+    await store.put_push_config(A, make_config("t", "c1", "https://one-v2"))  # upsert
+    assert (await store.get_push_config(A, "t", "c1")).url == "https://one-v2"
+    configs, nxt = await store.list_push_configs(A, "t", 10, None)
+    assert [(c.id, c.url) for c in configs] == [("c1", "https://one-v2"), ("c2", "https://two")]
+    assert nxt is None
+    assert await store.delete_push_config(A, "t", "c1") is True
+    assert await store.delete_push_config(A, "t", "c1") is False
+    assert await store.get_push_config(A, "t", "c1") is None
+    assert await store.get_push_config(A, "t2", "c1") is not None
+    configs, nxt = await store.list_push_configs(A, "t", 10, None)
+    assert [c.id for c in configs] == ["c2"]
+
+
+async def test_push_config_paging(store):
+    ids = ["g", "a", "e", "c", "b", "f", "d"]
+    for config_id in ids:
+        await store.put_push_config(A, make_config("t", config_id))
+    seen, after, pages = [], None, 0
+    while True:
+        configs, after = await store.list_push_configs(A, "t", 3, after)
+        pages += 1
+        seen += [c.id for c in configs]
+        if after is None:
+            break
+        assert after == configs[-1].id
+    assert seen == sorted(ids)
+    assert pages == 3
+    # Exact division: no trailing empty page.
+    configs, after = await store.list_push_configs(A, "t", 7, None)
+    assert (len(configs), after) == (7, None)
+    configs, after = await store.list_push_configs(A, "t", 6, None)
+    assert (len(configs), after) == (6, "f")
+    # after_id need not exist.
+    configs, after = await store.list_push_configs(A, "t", 10, "cc")
+    assert [c.id for c in configs] == ["d", "e", "f", "g"]
+    assert after is None
+
+
+async def test_open_and_close_are_idempotent(store):
+    await store.open()
+    await store.save(A, make_task("t"), [])
+    await store.open()
+    assert await store.get(A, "t") is not None
+    await store.close()
+    await store.close()
+    await store.open()  # the fixture closes it again
+
+
+# --------------------------------------------------------------- SQLite only
+
+
+async def test_open_store_url(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path}/via-url.db")
+    assert isinstance(s, SqliteTaskStore)
+    await s.open()
+    await s.save(A, make_task("t"), [])
+    await s.close()
+    assert (tmp_path / "via-url.db").exists()
+
+
+async def test_data_survives_close_and_reopen(tmp_path):
+    path = str(tmp_path / "deep" / "a2a.db")
+    s = SqliteTaskStore(path)
+    await s.open()
+    task = make_task("t", context_id="c", state=WORKING, us=42)
+    await s.save(A, task, [status_event(task, 1)])
+    await s.save(A, make_task("u", context_id="c", state=COMPLETED, us=43), [])
+    await s.put_push_config(A, make_config("t", "cfg"))
+    await s.close()
+
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    for _ in range(2):  # open() on an existing file keeps everything
+        s = SqliteTaskStore(path)
+        await s.open()
+        assert await s.get(A, "t") == task
+        assert [e.seq for e in await s.events_after(A, "t", 0)] == [1]
+        assert await s.get_push_config(A, "t", "cfg") == make_config("t", "cfg")
+        page = await s.list(A, TaskQuery(context_id="c"))
+        assert ([t.id for t in page.tasks], page.total_size) == (["u", "t"], 2)
+        assert (await s.list(A, TaskQuery(state=WORKING))).total_size == 1
+        assert [t.id for _, t in await s.unsettled()] == ["t"]
+        await s.close()
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from gen import a2a_pb2 as pb
+    from service.store.base import Scope, StoredEvent
+    from service.store.sqlite import SqliteTaskStore
+    from service.timeutil import micros_to_timestamp
+
+    async def main(path, n):
+        store = SqliteTaskStore(path)
+        await store.open()
+        async def save(i):
+            task = pb.Task(id=f"task-{i}", context_id="ctx")
+            task.status.state = pb.TASK_STATE_WORKING
+            micros_to_timestamp(1_000_000 + i, task.status.timestamp)
+            event = pb.StreamResponse(task=task)
+            await store.save(Scope("t", "o"), task, [StoredEvent(1, event)])
+        half = n // 2
+        for i in range(half):  # one by one
+            await save(i)
+        await asyncio.gather(*(save(i) for i in range(half, n)))  # group commits
+        print("saved", flush=True)
+        time.sleep(60)  # blocks the loop: nothing else gets a chance to run
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    """
+)
+
+
+async def test_saves_survive_kill_9(tmp_path):
+    path = str(tmp_path / "killed" / "a2a.db")
+    n = 300
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CHILD,
+        path,
+        str(n),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+        if line.strip() != b"saved":
+            proc.kill()
+            _, stderr = await asyncio.wait_for(proc.communicate(), timeout=30)
+            pytest.fail(f"child did not save: {line!r} {stderr.decode(errors='replace')}")
+        os.kill(proc.pid, signal.SIGKILL)
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+    s = SqliteTaskStore(path)
+    await s.open()
+    try:
+        scope = Scope("t", "o")
+        ids, totals, _ = await list_all(s, scope, TaskQuery(page_size=100))
+        assert sorted(ids) == sorted(f"task-{i}" for i in range(n))
+        assert set(totals) == {n}
+        assert (await s.list(scope, TaskQuery(context_id="ctx", state=WORKING))).total_size == n
+        for i in (0, n // 2, n - 1):
+            assert await s.last_seq(scope, f"task-{i}") == 1
+        assert len(await s.unsettled()) == n
+    finally:
+        await s.close()
+
+
+async def test_concurrent_saves_all_commit(sqlite_store, monkeypatch):
+    batches: list[int] = []
+    commit_batch = SqliteTaskStore._commit_batch
+
+    def counting(self, conn, batch):
+        batches.append(len(batch))
+        commit_batch(self, conn, batch)
+
+    monkeypatch.setattr(SqliteTaskStore, "_commit_batch", counting)
+    n = 500
+    tasks = [make_task(f"t{i:03d}", context_id=f"c{i % 5}", us=i) for i in range(n)]
+    await asyncio.gather(*(sqlite_store.save(A, t, [status_event(t, 1)]) for t in tasks))
+    page = await sqlite_store.list(A, TaskQuery(page_size=1000))
+    assert page.total_size == n
+    assert sorted(t.id for t in page.tasks) == sorted(t.id for t in tasks)
+    assert (await sqlite_store.list(A, TaskQuery(context_id="c3"))).total_size == n // 5
+    assert sum(batches) == n
+    assert len(batches) < n // 5, batches  # group commit: many saves per transaction
+    # Reads from another store on the same file see every acknowledged write.
+    other = SqliteTaskStore(sqlite_store._path)
+    await other.open()
+    try:
+        assert (await other.list(A, TaskQuery())).total_size == n
+    finally:
+        await other.close()
+
+
+async def test_call_order_is_commit_order(sqlite_store):
+    # Many saves of one task issued back to back: the last call wins.
+    states = [SUBMITTED, WORKING, INPUT_REQUIRED, WORKING, COMPLETED] * 40
+    saves = []
+    for i, state in enumerate(states):
+        saves.append(sqlite_store.save(A, make_task("t", state=state, us=i), []))
+    await asyncio.gather(*saves)
+    got = await sqlite_store.get(A, "t")
+    assert (got.status.state, status_micros(got)) == (COMPLETED, len(states) - 1)
+    for state in [0, SUBMITTED, WORKING, INPUT_REQUIRED, COMPLETED]:
+        expected = 1 if state in (0, COMPLETED) else 0
+        assert (await sqlite_store.list(A, TaskQuery(state=state))).total_size == expected
+
+
+async def test_failed_write_does_not_sink_its_batch(sqlite_store, caplog):
+    caplog.set_level(logging.DEBUG, logger="service.store.sqlite")
+    first = make_task("dup", state=SUBMITTED)
+    await sqlite_store.save(A, first, [status_event(first, 1)])
+    good = [make_task(f"ok{i}", state=WORKING) for i in range(50)]
+    bad = make_task("dup", state=COMPLETED)  # re-uses event seq 1: rejected
+    await sqlite_store.put_push_config(A, make_config("ok0", "old"))
+    # Hold the write lock from outside so that every call below lands in ONE batch.
+    raw = sqlite3.connect(sqlite_store._path, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    blocker = asyncio.ensure_future(sqlite_store.save(A, make_task("blocker"), []))
+    await asyncio.sleep(0.1)  # the writer took `blocker` and waits for the lock
+    pending = asyncio.gather(
+        *(sqlite_store.save(A, t, []) for t in good[:25]),
+        sqlite_store.put_push_config(A, make_config("ok0", "new")),
+        sqlite_store.save(A, bad, [status_event(bad, 2), status_event(bad, 1)]),
+        sqlite_store.delete_push_config(A, "ok0", "old"),
+        sqlite_store.delete_push_config(A, "ok0", "never-existed"),
+        *(sqlite_store.save(A, t, []) for t in good[25:]),
+        return_exceptions=True,
+    )
+    await asyncio.sleep(0.1)  # all of them queued
+    raw.execute("COMMIT")
+    raw.close()
+    await blocker
+    results = await pending
+    assert "batch of 54 failed" in caplog.text  # one batch, replayed call by call
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert str(errors[0]) == "task store unavailable"
+    assert results[25:29] == [None, errors[0], True, False]
+    configs, _ = await sqlite_store.list_push_configs(A, "ok0", 10, None)
+    assert [c.id for c in configs] == ["new"]
+    # The failed call left nothing behind: old snapshot, old events, old counters.
+    assert await sqlite_store.get(A, "dup") == first
+    assert await sqlite_store.last_seq(A, "dup") == 1
+    assert (await sqlite_store.list(A, TaskQuery(state=COMPLETED))).total_size == 0
+    assert (await sqlite_store.list(A, TaskQuery(state=WORKING))).total_size == 50
+    assert (await sqlite_store.list(A, TaskQuery())).total_size == 52
+
+
+async def test_errors_do_not_leak_paths(tmp_path, caplog):
+    path = tmp_path / "secret-location" / "not-a-db.db"
+    path.parent.mkdir()
+    path.write_bytes(b"this is not an sqlite database file, not at all" * 100)
+    s = SqliteTaskStore(str(path))
+    with pytest.raises(RuntimeError) as info:
+        await s.open()
+    assert str(info.value) == "task store unavailable"
+    assert "secret-location" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert "secret-location" in caplog.text  # the details go to the log
+    await s.close()  # never opened: a no-op
+
+
+async def test_calls_after_close_fail(tmp_path):
+    s = SqliteTaskStore(str(tmp_path / "a.db"))
+    await s.open()
+    await s.close()
+    with pytest.raises(RuntimeError):
+        await s.save(A, make_task("t"), [])
+    with pytest.raises(RuntimeError):
+        await s.get(A, "t")
+
+
+def _plan(conn: sqlite3.Connection, sql: str, params: list) -> list[str]:
+    return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+
+
+async def test_list_queries_use_an_index(sqlite_store, tmp_path):
+    # Some data so the planner is not reasoning about empty tables.
+    for i in range(200):
+        state = [SUBMITTED, WORKING, COMPLETED][i % 3]
+        await sqlite_store.save(
+            A, make_task(f"t{i}", context_id=f"c{i % 7}", state=state, us=i), []
+        )
+    with sqlite3.connect(tmp_path / "tasks.db") as conn:
+        conn.execute("ANALYZE")
+        for context_id, state, after, cursor in itertools.product(
+            ["", "c3"], [0, WORKING], [None, 50], [None, (120, "t120")]
+        ):
+            q = TaskQuery(context_id=context_id, state=state, status_after_us=after, cursor=cursor)
+            queries = [page_query(A, q)]
+            if after is not None:
+                queries.append(count_query(A, q))
+            for sql, params in queries:
+                plan = _plan(conn, sql, params)
+                assert len(plan) == 1, (q, plan)
+                assert plan[0].startswith("SEARCH tasks USING "), (q, plan)
+                assert "INDEX tasks_by_" in plan[0], (q, plan)
+                assert "tenant=? AND owner=?" in plan[0], (q, plan)
+                if context_id:
+                    assert "context_id=?" in plan[0], (q, plan)
+                if state:
+                    assert "state=?" in plan[0], (q, plan)
+                if after is not None:
+                    assert "status_us>?" in plan[0], (q, plan)
+                if cursor is not None and sql == queries[0][0]:
+                    assert "(status_us,id)<(?,?)" in plan[0], (q, plan)
+                assert not any("TEMP B-TREE" in line or "SCAN" in line for line in plan)
+            sql, params = count_query(A, _with(q, status_after_us=None))
+            assert _plan(conn, sql, params)[0].startswith("SEARCH task_counts USING PRIMARY KEY")
+        plan = _plan(conn, "SELECT snapshot FROM tasks WHERE state IN (1, 2)", [])
+        assert "tasks_unsettled" in plan[0]
+
+
+async def test_counters_match_the_rows_after_random_churn(sqlite_store, tmp_path):
+    rng = random.Random(7)
+    scopes = [A, B, D]
+    contexts = ["", "c1", "c2", "c3"]
+    states = [0, SUBMITTED, WORKING, COMPLETED, FAILED, INPUT_REQUIRED]
+    for _ in range(30):  # rounds of concurrent saves (group commits mixing many tasks)
+        saves = []
+        for _ in range(rng.randrange(1, 40)):
+            task = make_task(
+                f"t{rng.randrange(25)}",
+                context_id=rng.choice(contexts),
+                state=rng.choice(states),
+                us=rng.randrange(1000),
+            )
+            saves.append(sqlite_store.save(rng.choice(scopes), task, []))
+        await asyncio.gather(*saves)
+    with sqlite3.connect(tmp_path / "tasks.db") as conn:
+        counted = {
+            row[:4]: row[4]
+            for row in conn.execute("SELECT tenant, owner, context_id, state, n FROM task_counts")
+        }
+        assert all(n >= 0 for n in counted.values())
+        rows = conn.execute("SELECT tenant, owner, context_id, state FROM tasks").fetchall()
+    expected: dict[tuple, int] = {}
+    for tenant, owner, context_id, state in rows:
+        for key in {("", 0), (context_id, 0), ("", state), (context_id, state)}:
+            full = (tenant, owner, *key)
+            expected[full] = expected.get(full, 0) + 1
+    assert {k: n for k, n in counted.items() if n} == expected
+    for scope in scopes:  # and list() agrees with the rows
+        for context_id in contexts:
+            for state in states:
+                q = TaskQuery(context_id=context_id, state=state, page_size=100)
+                page = await sqlite_store.list(scope, q)
+                assert page.total_size == len(page.tasks)
+                assert page.total_size == expected.get(
+                    (scope.tenant, scope.owner, context_id, state), 0
+                )
