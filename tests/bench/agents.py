@@ -1,0 +1,31 @@
+"""Agents for the benchmark, loaded with `--agent tests.bench.agents:ChunkAgent`.
+
+ChunkAgent: the message text is `N` or `N K`; the agent emits one artifact in N chunks
+(append / lastChunk, like a model streaming tokens) as fast as it can, handing the
+event loop back every K chunks (default 1, so the engine's flusher can run while the
+agent is still producing; K=0 never yields), then the turn completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.agent import TurnContext
+
+CHUNK_TEXT = "token "
+
+
+class ChunkAgent:
+    name = "Chunk bench agent"
+    description = "Streams one artifact in N chunks as fast as it can."
+
+    async def run(self, ctx: TurnContext) -> None:
+        words = ctx.text.split()
+        n = int(words[0]) if words else 100
+        every = int(words[1]) if len(words) > 1 else 1
+        art = None
+        for i in range(n):
+            art = await ctx.artifact(CHUNK_TEXT, artifact_id=art, name="stream",
+                                     append=i > 0, last_chunk=i == n - 1)
+            if every and (i + 1) % every == 0:
+                await asyncio.sleep(0)

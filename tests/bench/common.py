@@ -1,0 +1,126 @@
+"""Shared bits of the benchmark: subprocess servers on loopback, canned requests."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gen import a2a_pb2 as pb  # noqa: E402
+
+HOST = "127.0.0.1"  # the bench never targets anything else
+READY = re.compile(r"A2A service ready: grpc=(\d+)")
+METADATA = (("a2a-version", "1.0"),)
+
+
+def user_message(text: str) -> pb.Message:
+    msg = pb.Message(message_id=uuid.uuid4().hex, role=pb.ROLE_USER)
+    msg.parts.add(text=text)
+    return msg
+
+
+def send_request(text: str) -> pb.SendMessageRequest:
+    return pb.SendMessageRequest(message=user_message(text))
+
+
+def canned_response(text: str = "hello bench") -> pb.SendMessageResponse:
+    """What the echo agent answers: a completed task with the message and one artifact."""
+    task = pb.Task(id=str(uuid.uuid4()), context_id=str(uuid.uuid4()))
+    task.status.state = pb.TASK_STATE_COMPLETED
+    task.status.timestamp.GetCurrentTime()
+    msg = task.history.add()
+    msg.CopyFrom(user_message(text))
+    msg.task_id, msg.context_id = task.id, task.context_id
+    art = task.artifacts.add(artifact_id=uuid.uuid4().hex, name="echo")
+    art.parts.add(text=text)
+    return pb.SendMessageResponse(task=task)
+
+
+class ServerProcess:
+    """A server subprocess that prints `A2A service ready: grpc=PORT` when it listens.
+
+    stdout and stderr go to a log file (no pipe can fill up and stall the server).
+    """
+
+    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, env: dict | None = None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.log"
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env or {})
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = READY.search(self.log_path.read_text(errors="replace"))
+            if match:
+                self.port = int(match.group(1))
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"server {self.name!r} did not become ready:\n{self.log_tail()}")
+
+    @property
+    def target(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        """user + system CPU time of the server process so far (Linux /proc)."""
+        try:
+            fields = pathlib.Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return float("nan")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, grace: float = 10.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
