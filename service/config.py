@@ -45,6 +45,26 @@ class Settings:
     input_modes: list[str] = field(default_factory=list)
     output_modes: list[str] = field(default_factory=list)
     push_notifications: bool = False
+    # push delivery (validated in service/push/settings.py; README "Push notifications")
+    push_queue: str = "local-file"  # or redis-streams
+    push_allow_hosts: list[str] = field(default_factory=list)  # callback hosts allowed despite SSRF rules
+    push_allow_networks: list[str] = field(default_factory=list)  # CIDRs allowed despite SSRF rules
+    push_secret_keys: list[str] = field(default_factory=list)  # Fernet keys; first seals; default: key file
+    push_timeout_seconds: float = 10.0
+    push_concurrency: int = 32
+    push_host_concurrency: int = 8
+    push_max_attempts: int = 10
+    push_max_age_seconds: float = 86400.0
+    push_retry_base_seconds: float = 1.0
+    push_retry_max_seconds: float = 300.0
+    push_lease_seconds: float = 300.0
+    push_redis_url: str = "redis://127.0.0.1:6379/0"
+    push_redis_prefix: str = "a2a:push"
+    push_redis_stream: str = ""  # default PREFIX:stream
+    push_redis_retry_key: str = ""  # default PREFIX:retry
+    push_redis_dead_stream: str = ""  # default PREFIX:dead
+    push_redis_group: str = "a2a-push"
+    push_redis_consumer: str = ""  # default: the host name
     extended_card: bool = False
     extended_skills: list[dict[str, Any]] | None = None
     required_extensions: list[str] = field(default_factory=list)
@@ -148,3 +168,6 @@ def validate(s: Settings) -> None:
         raise ConfigError("card_max_age: must not be negative")
     if s.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"log_level: expected DEBUG, INFO, WARNING or ERROR, got {s.log_level!r}")
+    from service.push.settings import validate_push  # imports this module
+
+    validate_push(s)

@@ -1,0 +1,127 @@
+"""`PushNotifications`: the push parts put together (built by the composition root).
+
+    engine --on_commit--> Dispatcher --enqueue--> PushQueue --lease--> DeliveryWorker --POST--> receiver
+    API ---------------> check_url (ssrf) / store_config / delete_config (cursor + sealed store)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+from typing import Any
+
+from gen import a2a_pb2 as pb
+from service.push.crypto import SealedConfigStore, SecretBox, load_keys
+from service.push.delivery import DeliveryWorker, RetryPolicy
+from service.push.dispatcher import Dispatcher
+from service.push.queue_base import PushQueue
+from service.push.ssrf import CallbackPolicy
+from service.push.transport import CallbackClient
+from service.states import TERMINAL
+from service.store import Scope, StoredEvent, TaskStore
+
+log = logging.getLogger("service.push")
+
+QUEUE_DIR = "push-queue"
+
+
+def open_queue(s: Any) -> PushQueue:
+    """The queue the settings name (not yet opened)."""
+    if s.push_queue == "redis-streams":
+        from service.push.queue_redis import RedisQueue
+
+        return RedisQueue(
+            s.push_redis_url, prefix=s.push_redis_prefix, stream=s.push_redis_stream,
+            retry_key=s.push_redis_retry_key, dead_stream=s.push_redis_dead_stream,
+            group=s.push_redis_group, consumer=s.push_redis_consumer, lease_seconds=s.push_lease_seconds,
+        )
+    from service.push.queue_file import FileQueue
+
+    return FileQueue(pathlib.Path(s.data_dir) / QUEUE_DIR, lease_seconds=s.push_lease_seconds)
+
+
+class PushNotifications:
+    def __init__(
+        self,
+        store: TaskStore,
+        queue: PushQueue,
+        policy: CallbackPolicy,
+        box: SecretBox,
+        retry: RetryPolicy,
+        *,
+        timeout: float = 10.0,
+        concurrency: int = 32,
+        host_concurrency: int = 8,
+    ) -> None:
+        self.plain_store = store
+        self.store = SealedConfigStore(store, box)  # what the engine and the API use
+        self.queue = queue
+        self.policy = policy
+        self.dispatcher = Dispatcher(store, queue)
+        self.client = CallbackClient(policy, timeout=timeout, max_connections=concurrency)
+        self.worker = DeliveryWorker(queue, self.store.get_push_config, self.client, retry,
+                                     concurrency=concurrency, host_concurrency=host_concurrency)
+        self._worker_task: asyncio.Task | None = None
+
+    @classmethod
+    def from_settings(cls, s: Any, store: TaskStore) -> PushNotifications:
+        return cls(
+            store, open_queue(s),
+            CallbackPolicy.from_lists(s.push_allow_hosts, s.push_allow_networks),
+            SecretBox(load_keys(s.push_secret_keys, s.data_dir)),
+            RetryPolicy(max_attempts=s.push_max_attempts, max_age=s.push_max_age_seconds,
+                        base=s.push_retry_base_seconds, cap=s.push_retry_max_seconds),
+            timeout=s.push_timeout_seconds, concurrency=s.push_concurrency,
+            host_concurrency=s.push_host_concurrency,
+        )
+
+    # ---- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.queue.open()
+        await self.dispatcher.start()
+        self._worker_task = asyncio.create_task(self.worker.run(), name="push-delivery")
+
+    async def stop(self) -> None:
+        await self.dispatcher.stop()
+        await self.worker.stop()
+        if self._worker_task is not None:
+            self._worker_task.cancel()
+            await asyncio.gather(self._worker_task, return_exceptions=True)
+        await self.client.close()
+        await self.queue.close()
+
+    # ---- engine hook ---------------------------------------------------------------
+
+    def on_commit(self, scope: Scope, task_id: str, batch: list[StoredEvent]) -> None:
+        self.dispatcher.on_commit(scope, task_id, batch)
+
+    # ---- API hooks -----------------------------------------------------------------
+
+    async def check_url(self, url: str) -> None:
+        """Raises CallbackRefused (a ValueError) with a message for the client."""
+        await self.policy.check(url)
+
+    async def store_config(self, scope: Scope, config: pb.TaskPushNotificationConfig,
+                           after_seq: int | None) -> None:
+        """Store a config; it receives the task's events after `after_seq` (None: after the
+        events stored now). Its cursor is written first, so a crash never loses events."""
+        key = (scope.tenant, scope.owner, config.task_id)
+        if after_seq is None:
+            task = await self.plain_store.get(scope, config.task_id)
+            if task is not None and task.status.state in TERMINAL:
+                await self.store.put_push_config(scope, config)  # nothing will follow
+                return
+            after_seq = await self.plain_store.last_seq(scope, config.task_id)
+        cursor = (*key, config.id)
+        await self.queue.start_cursor(cursor, after_seq)
+        await self.store.put_push_config(scope, config)
+        self.dispatcher.config_known(cursor, True)
+        self.dispatcher.poke(key)
+
+    async def delete_config(self, scope: Scope, task_id: str, config_id: str) -> bool:
+        cursor = (scope.tenant, scope.owner, task_id, config_id)
+        self.dispatcher.config_known(cursor, False)
+        await self.queue.drop_cursor(cursor)
+        return await self.store.delete_push_config(scope, task_id, config_id)
