@@ -173,17 +173,17 @@ def build_request(
         bound.add(json_path(chain))
         _set_nested(document, chain, value, "path")
     if query and body_field != "*":
-        grouped: dict[str, list[str]] = {}
+        grouped: dict[str, tuple[list[FieldDescriptor], list[str]]] = {}
         for key, value in query:
             if key.lower() in RESERVED_QUERY:
                 continue
-            grouped.setdefault(key, []).append(value)
-        for key, values in grouped.items():
             try:
                 chain = resolve_path(descriptor, key)
             except KeyError:
                 raise invalid_field(key, f"unknown query parameter for {descriptor.name}") from None
-            path = json_path(chain)
+            # The JSON and the proto name of a field are the same parameter.
+            grouped.setdefault(json_path(chain), (chain, []))[1].append(value)
+        for path, (chain, values) in grouped.items():
             if path in bound or (body_field and path.startswith(body_field)):
                 raise invalid_field(path, "is set by the URL path or body; it cannot be a query parameter")
             _set_nested(document, chain, _query_value(chain, values), "query")
