@@ -115,7 +115,6 @@ class Engine:
             context_id=context_id, task=task, on_idle=self._forget, on_commit=self.on_commit,
         )
         self._runs[(scope, task_id)] = run
-        run.ready.set_result(None)
         return run
 
     def _forget(self, run: TaskRun) -> None:
@@ -127,12 +126,14 @@ class Engine:
         key = (scope, task_id)
         run = self._runs.get(key)
         if run is not None:
-            await asyncio.shield(run.ready)
+            if run.ready is not None:
+                await asyncio.shield(run.ready)
             if self._runs.get(key) is run:
                 return run
             return await self._claim(scope, task_id)
         run = TaskRun(store=self.store, bus=self.bus, scope=scope, task_id=task_id,
                       context_id="", on_idle=self._forget, on_commit=self.on_commit)
+        run.ready = asyncio.get_running_loop().create_future()
         self._runs[key] = run
         try:
             task = await self.store.get(scope, task_id)
@@ -147,6 +148,7 @@ class Engine:
             run.ready.exception()  # mark retrieved
             raise
         run.ready.set_result(None)
+        run.ready = None
         return run
 
     def _release(self, run: TaskRun) -> None:
@@ -237,7 +239,8 @@ class Engine:
 
     async def wait(self, turn: Turn) -> pb.Message | pb.Task:
         """Outcome of a blocking send: the direct reply or the settled task."""
-        reply = await asyncio.shield(turn.outcome)
+        # Not shielded: if this caller goes away, cancelling the outcome future harms nobody.
+        reply = await turn.outcome
         if reply is not None:
             return reply
         run = turn.run
@@ -260,7 +263,8 @@ class Engine:
         it instead of starting with the Task snapshot."""
         run = self._runs.get((scope, task_id))
         if run is not None:
-            await asyncio.shield(run.ready)
+            if run.ready is not None:
+                await asyncio.shield(run.ready)
             if run.task is None:  # a direct-reply turn: there is no task
                 raise TaskNotFoundError(f"Task {task_id} not found.")
             task = run.task
@@ -329,8 +333,9 @@ class Engine:
                 yield stored
                 if is_settling(stored.event):
                     return
-            if run.turn is not None and run.turn.done() and run.turn.exception() is not None:
-                raise run.turn.exception()
+            turn = run.turn
+            if turn is not None and turn.done() and not turn.cancelled() and turn.exception():
+                raise turn.exception()
         finally:
             sub.close()
 
@@ -338,7 +343,7 @@ class Engine:
 
     async def get(self, scope: Scope, task_id: str) -> pb.Task:
         run = self._runs.get((scope, task_id))
-        if run is not None and run.task is not None and run.ready.done():
+        if run is not None and run.task is not None and run.ready is None:
             return run.task
         task = await self.store.get(scope, task_id)
         if task is None:

@@ -48,7 +48,7 @@ class TaskRun:
         self.task = task  # None until the first non-reply emission materializes it
         self.seq = seq
         self.key = f"{scope.tenant}\x00{scope.owner}\x00{task_id}"
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ready: asyncio.Future[None] | None = None  # set while the task is being loaded
         self.turn: asyncio.Future[pb.Message | None] | None = None  # result: direct reply or None
         self.agent_task: asyncio.Task | None = None
         self.input_waiter: asyncio.Future[pb.Message] | None = None
@@ -56,7 +56,9 @@ class TaskRun:
         self.direct_reply: pb.Message | None = None
         self.first_message: pb.Message | None = None
         self._pending: list[StoredEvent] = []
-        self._flusher: asyncio.Task | None = None
+        self._flushing = False  # a flush loop is draining _pending right now
+        self._kick_scheduled = False
+        self._drained: asyncio.Future[None] | None = None  # resolved when a flush loop ends
         self._on_idle = on_idle
         self._on_commit = on_commit  # e.g. push delivery: sees every committed batch, in order
         self.failed_commit: BaseException | None = None
@@ -196,31 +198,49 @@ class TaskRun:
     def _queue(self, event: pb.StreamResponse) -> None:
         self.seq += 1
         self._pending.append(StoredEvent(self.seq, event))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        if not self._kick_scheduled and not self._flushing:
+            # Commit soon, but not now: events emitted back to back share one commit, and
+            # when the turn ends first, finish() flushes inline without a task of its own.
+            self._kick_scheduled = True
+            asyncio.get_running_loop().call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        if self._pending and not self._flushing:
+            asyncio.get_running_loop().create_task(self._flush())
 
     # ---- commit & publish --------------------------------------------------
 
     async def _flush(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            assert self.task is not None
-            try:
-                # save() serializes before it yields, so later mutations cannot leak in.
-                await self.store.save(self.scope, self.task, batch)
-            except BaseException as exc:
-                self.failed_commit = exc
-                log.error("commit failed for task %s", self.task_id, exc_info=exc)
-                self._resolve_turn(None, error=InternalError("The task could not be stored."))
-                raise
-            self.committed_seq = batch[-1].seq
-            if self._commit_signal is not None and not self._commit_signal.done():
-                self._commit_signal.set_result(None)
-            self.bus.publish(self.key, batch)
-            if self._on_commit is not None:
-                self._on_commit(self.scope, self.task_id, batch)
-            if self.state in SETTLED and not self._pending:
-                self._resolve_turn(None)
+        """Drain _pending: commit each batch, then publish it. One loop at a time."""
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                assert self.task is not None
+                try:
+                    # save() serializes before it yields, so later mutations cannot leak in.
+                    await self.store.save(self.scope, self.task, batch)
+                except BaseException as exc:
+                    self.failed_commit = exc
+                    log.error("commit failed for task %s", self.task_id, exc_info=exc)
+                    self._resolve_turn(None, error=InternalError("The task could not be stored."))
+                    raise
+                self.committed_seq = batch[-1].seq
+                if self._commit_signal is not None and not self._commit_signal.done():
+                    self._commit_signal.set_result(None)
+                self.bus.publish(self.key, batch)
+                if self._on_commit is not None:
+                    self._on_commit(self.scope, self.task_id, batch)
+                if self.state in SETTLED and not self._pending:
+                    self._resolve_turn(None)
+        finally:
+            self._flushing = False
+            if self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
+            self._drained = None
 
     async def committed(self, seq: int) -> None:
         """Wait until event `seq` is durable (not for later events to be emitted)."""
@@ -232,8 +252,16 @@ class TaskRun:
             await asyncio.shield(self._commit_signal)
 
     async def flushed(self) -> None:
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
+        """Return when everything emitted so far is committed (flushing inline if idle)."""
+        while self._pending or self._flushing:
+            if self._flushing:
+                if self._drained is None:
+                    self._drained = asyncio.get_running_loop().create_future()
+                await asyncio.shield(self._drained)
+            else:
+                await self._flush()
+        if self.failed_commit is not None:
+            raise InternalError("The task could not be stored.")
 
     def _resolve_turn(self, reply: pb.Message | None, error: BaseException | None = None) -> None:
         if self.turn is not None and not self.turn.done():
