@@ -8,9 +8,11 @@ gateway are thin adapters over this one object, so every binding behaves alike.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from google.protobuf import empty_pb2
 
@@ -33,6 +35,21 @@ VERSION_KEY = "a2a-version"
 EXTENSIONS_KEY = "a2a-extensions"
 PUSH_PAGE_DEFAULT = 50
 PUSH_PAGE_MAX = 100
+PUSH_SECRET_MAX = 4096
+_HTTP_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")  # an auth scheme name (RFC 9110 token)
+
+
+class PushHooks(Protocol):
+    """What the API needs from push delivery (service.push.PushNotifications)."""
+
+    async def check_url(self, url: str) -> None:
+        """Raise ValueError with a client-facing reason when the callback URL may not be called."""
+
+    async def store_config(self, scope: Scope, config: pb.TaskPushNotificationConfig,
+                           after_seq: int | None) -> None:
+        """Store the config; it gets the task's events after `after_seq` (None: from now on)."""
+
+    async def delete_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...
 
 
 def is_supported_version(version: str) -> bool:
@@ -70,11 +87,13 @@ class A2AApi:
         *,
         push_notifications: bool = False,
         required_extensions: tuple[str, ...] = (),
+        push: PushHooks | None = None,
     ) -> None:
         self.engine = engine
         self.cards = cards
         self.push_notifications = push_notifications
         self.required_extensions = required_extensions
+        self.push = push  # None: configs are only stored (no delivery, no SSRF check)
 
     # ---- shared checks -----------------------------------------------------
 
@@ -113,9 +132,13 @@ class A2AApi:
         config = request.configuration
         history = check_history_length(config, "configuration.historyLength")
         push = config.task_push_notification_config if config.HasField("task_push_notification_config") else None
+        follow_up = bool(message.task_id)
+        after_seq = 0  # a new task's config gets every event, from the first
         if push is not None:
             self._check_push()
-            self._check_push_config(push, "configuration.taskPushNotificationConfig", need_task=False)
+            await self._check_push_config(push, "configuration.taskPushNotificationConfig", need_task=False)
+            if follow_up:  # an existing task's config: the events of this turn on
+                after_seq = await self.engine.store.last_seq(scope, message.task_id)
         turn = await self.engine.send(
             scope, message, self._caller(call, scope),
             return_immediately=config.return_immediately and not stream, stream=stream,
@@ -126,7 +149,7 @@ class A2AApi:
             stored.task_id = turn.run.task_id
             stored.tenant = scope.tenant
             stored.id = stored.id or str(uuid.uuid4())
-            await self.engine.store.put_push_config(scope, stored)
+            await self._store_push_config(scope, stored, after_seq)
         return turn, history
 
     async def SendMessage(self, request: pb.SendMessageRequest, call: CallContext) -> pb.SendMessageResponse:
@@ -176,12 +199,32 @@ class A2AApi:
 
     # ---- push notification configs ----------------------------------------------
 
-    def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str, need_task: bool) -> None:
-        check_id(config.task_id, f"{prefix}.taskId" if prefix else "taskId", required=need_task)
-        check_id(config.id, f"{prefix}.id" if prefix else "id")
-        url_field = f"{prefix}.url" if prefix else "url"
+    async def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str, need_task: bool) -> None:
+        def name(field: str) -> str:
+            return f"{prefix}.{field}" if prefix else field
+
+        check_id(config.task_id, name("taskId"), required=need_task)
+        check_id(config.id, name("id"))
         if not config.url.startswith(("http://", "https://")):
-            raise invalid_field(url_field, "must be an absolute http:// or https:// URL")
+            raise invalid_field(name("url"), "must be an absolute http:// or https:// URL")
+        _check_header_value(config.token, name("token"))
+        if config.HasField("authentication"):
+            auth = config.authentication
+            if auth.scheme and not _HTTP_TOKEN.fullmatch(auth.scheme):
+                raise invalid_field(name("authentication.scheme"), "must be an HTTP auth scheme name like Bearer")
+            _check_header_value(auth.credentials, name("authentication.credentials"))
+        if self.push is not None:
+            try:
+                await self.push.check_url(config.url)  # SSRF rules: refused here, not at delivery
+            except ValueError as exc:
+                raise invalid_field(name("url"), str(exc)) from None
+
+    async def _store_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig,
+                                 after_seq: int | None) -> None:
+        if self.push is not None:
+            await self.push.store_config(scope, config, after_seq)
+        else:
+            await self.engine.store.put_push_config(scope, config)
 
     async def _task_must_exist(self, scope: Scope, task_id: str) -> None:
         await self.engine.get(scope, task_id)  # TaskNotFoundError for unknown or foreign tasks
@@ -189,21 +232,21 @@ class A2AApi:
     async def CreateTaskPushNotificationConfig(
         self, request: pb.TaskPushNotificationConfig, call: CallContext
     ) -> pb.TaskPushNotificationConfig:
-        scope = self._admit(call, request)
         self._check_push()
-        self._check_push_config(request, "", need_task=True)
+        scope = self._admit(call, request)
+        await self._check_push_config(request, "", need_task=True)
         await self._task_must_exist(scope, request.task_id)
         stored = pb.TaskPushNotificationConfig()
         stored.CopyFrom(request)
         stored.id = stored.id or str(uuid.uuid4())
-        await self.engine.store.put_push_config(scope, stored)
+        await self._store_push_config(scope, stored, None)
         return stored
 
     async def GetTaskPushNotificationConfig(
         self, request: pb.GetTaskPushNotificationConfigRequest, call: CallContext
     ) -> pb.TaskPushNotificationConfig:
-        scope = self._admit(call, request)
         self._check_push()
+        scope = self._admit(call, request)
         check_id(request.task_id, "taskId", required=True)
         check_id(request.id, "id", required=True)
         await self._task_must_exist(scope, request.task_id)
@@ -217,8 +260,8 @@ class A2AApi:
     async def ListTaskPushNotificationConfigs(
         self, request: pb.ListTaskPushNotificationConfigsRequest, call: CallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
-        scope = self._admit(call, request)
         self._check_push()
+        scope = self._admit(call, request)
         check_id(request.task_id, "taskId", required=True)
         page_size = request.page_size or PUSH_PAGE_DEFAULT
         if not 1 <= page_size <= PUSH_PAGE_MAX:
@@ -234,12 +277,15 @@ class A2AApi:
     async def DeleteTaskPushNotificationConfig(
         self, request: pb.DeleteTaskPushNotificationConfigRequest, call: CallContext
     ) -> empty_pb2.Empty:
-        scope = self._admit(call, request)
         self._check_push()
+        scope = self._admit(call, request)
         check_id(request.task_id, "taskId", required=True)
         check_id(request.id, "id", required=True)
         await self._task_must_exist(scope, request.task_id)
-        await self.engine.store.delete_push_config(scope, request.task_id, request.id)
+        if self.push is not None:
+            await self.push.delete_config(scope, request.task_id, request.id)
+        else:
+            await self.engine.store.delete_push_config(scope, request.task_id, request.id)
         return empty_pb2.Empty()  # deleting an absent config is not an error (idempotent)
 
     # ---- agent card ------------------------------------------------------------
@@ -249,3 +295,11 @@ class A2AApi:
     ) -> pb.AgentCard:
         self._admit(call, request)
         return self.cards.extended_card()
+
+
+def _check_header_value(value: str, field: str) -> None:
+    """Secrets end up in HTTP headers: printable text of bounded size only."""
+    if len(value) > PUSH_SECRET_MAX:
+        raise invalid_field(field, f"must be at most {PUSH_SECRET_MAX} characters")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value) or not value.isascii():
+        raise invalid_field(field, "must be printable ASCII (no control characters or line breaks)")

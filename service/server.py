@@ -25,6 +25,7 @@ from service.card import CardBuilder, interface
 from service.config import Settings
 from service.engine import Engine
 from service.grpc_servicer import SERVICE, make_servicer
+from service.push import PushNotifications
 from service.store import TaskStore, open_store
 
 log = logging.getLogger("service")
@@ -53,6 +54,7 @@ class Service:
     http_port: int = 0
     http: HttpServer | None = None
     invoker: Invoker | None = None
+    push: PushNotifications | None = None
     serving: bool = False  # what both health checks report
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -99,10 +101,15 @@ class Service:
         s = self.settings
         self.store = open_store(s.store_url)
         await self.store.open()
-        self.engine = Engine(self.store, agent)
+        if s.push_notifications:
+            self.push = PushNotifications.from_settings(s, self.store)
+        self.engine = Engine(self.push.store if self.push else self.store, agent,
+                             on_commit=self.push.on_commit if self.push else None)
         lost = await self.engine.recover()
         if lost:
             log.warning("marked %d task(s) FAILED that were running when the server last stopped", lost)
+        if self.push is not None:
+            await self.push.start()  # after recover: its events are pushed too
 
         server = grpc.aio.server(
             options=[
@@ -119,6 +126,7 @@ class Service:
             self.engine, self.cards,
             push_notifications=s.push_notifications,
             required_extensions=tuple(s.required_extensions),
+            push=self.push,
         )
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(make_servicer(self.api), server)
         self.health = HealthServicer()
@@ -194,6 +202,8 @@ class Service:
             await http_stopped
         if self.invoker is not None:
             await self.invoker.close()
+        if self.push is not None:
+            await self.push.stop()
         if self.store is not None:
             await self.store.close()
         log.info("stopped")

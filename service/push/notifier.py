@@ -16,7 +16,7 @@ from service.push.crypto import SealedConfigStore, SecretBox, load_keys
 from service.push.delivery import DeliveryWorker, RetryPolicy
 from service.push.dispatcher import Dispatcher
 from service.push.queue_base import PushQueue
-from service.push.ssrf import CallbackPolicy
+from service.push.ssrf import CallbackPolicy, CallbackUnresolvable
 from service.push.transport import CallbackClient
 from service.states import TERMINAL
 from service.store import Scope, StoredEvent, TaskStore
@@ -100,8 +100,13 @@ class PushNotifications:
     # ---- API hooks -----------------------------------------------------------------
 
     async def check_url(self, url: str) -> None:
-        """Raises CallbackRefused (a ValueError) with a message for the client."""
-        await self.policy.check(url)
+        """Raises CallbackRefused (a ValueError) with a message for the client. A name that
+        does not resolve now is accepted (a DNS hiccup must not fail SendMessage): every
+        delivery resolves, checks and pins it again, and retries while it does not resolve."""
+        try:
+            await self.policy.check(url)
+        except CallbackUnresolvable as exc:
+            log.info("push callback accepted although it does not resolve yet: %s", exc)
 
     async def store_config(self, scope: Scope, config: pb.TaskPushNotificationConfig,
                            after_seq: int | None) -> None:

@@ -114,7 +114,7 @@ class FileQueue:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RuntimeError(f"push queue {self.root} is in use by another running server") from None
+            raise OSError(f"push queue {self.root} is in use by another running server") from None
         self._lock_fd = fd
         for leftover in self.tmp.iterdir():
             leftover.unlink(missing_ok=True)
