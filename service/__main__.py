@@ -8,6 +8,7 @@ import logging
 import sys
 
 from service import config
+from service.push import cli as push_cli
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
 Every flag can also be set as an environment variable (A2A_ + the flag name in upper
@@ -41,11 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--name", help="agent name shown in the agent card (default: the agent's own)")
     serve.add_argument("--push-notifications", choices=("true", "false"), help="enable push notification configs (default false)")
     serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    push_cli.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command_name == "push-dead":
+        return push_cli.main(args)
     flags = {k: v for k, v in vars(args).items() if k not in ("command_name", "config")}
     try:
         settings = config.load(args.config, flags=flags)
