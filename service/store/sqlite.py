@@ -127,14 +127,18 @@ _SCHEMA_V1 = (
     f"""CREATE TRIGGER IF NOT EXISTS tasks_count_delete AFTER DELETE ON tasks BEGIN
         {_count_change("OLD", "-")};
     END""",
+    # Events in runs: one row per task per commit holds every event that commit
+    # added (a turn's events usually share one), framed by _pack_events. A row is
+    # keyed by its last sequence number; a re-used last number is rejected.
     """CREATE TABLE IF NOT EXISTS events (
-        tenant  TEXT    NOT NULL,
-        owner   TEXT    NOT NULL,
-        task_id TEXT    NOT NULL,
-        seq     INTEGER NOT NULL,
-        payload BLOB    NOT NULL,
-        PRIMARY KEY (tenant, owner, task_id, seq)
-    )""",
+        tenant    TEXT    NOT NULL,
+        owner     TEXT    NOT NULL,
+        task_id   TEXT    NOT NULL,
+        last_seq  INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        payload   BLOB    NOT NULL,
+        PRIMARY KEY (tenant, owner, task_id, last_seq)
+    ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS push_configs (
         tenant  TEXT NOT NULL,
         owner   TEXT NOT NULL,
@@ -223,7 +227,46 @@ _TASK_UPSERT = (
     " ON CONFLICT (tenant, owner, id) DO UPDATE SET context_id = excluded.context_id,"
     " state = excluded.state, status_us = excluded.status_us, snapshot = excluded.snapshot"
 )
-_EVENT_INSERT = "INSERT INTO events (tenant, owner, task_id, seq, payload) VALUES {values}"
+_EVENT_INSERT = (
+    "INSERT INTO events (tenant, owner, task_id, last_seq, first_seq, payload) VALUES {values}"
+)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _pack_events(events: list[tuple[int, bytes]]) -> bytes:
+    """(seq, serialized StreamResponse) pairs as varint seq, varint length, bytes."""
+    return b"".join(_varint(seq) + _varint(len(payload)) + payload for seq, payload in events)
+
+
+def _unpack_events(blob: bytes) -> list[tuple[int, bytes]]:
+    out, pos = [], 0
+    while pos < len(blob):
+        numbers = []
+        for _ in range(2):
+            value = shift = 0
+            while True:
+                byte = blob[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                shift += 7
+                if byte < 0x80:
+                    break
+            numbers.append(value)
+        seq, length = numbers
+        out.append((seq, blob[pos : pos + length]))
+        pos += length
+    return out
 _MAX_ROWS = 64  # rows per statement; 64 sizes x 2 statements fit the statement cache
 _sql_cache: dict[tuple[str, int], str] = {}
 
@@ -244,14 +287,16 @@ def _w_save_many(conn: sqlite3.Connection, saves: list[tuple]) -> None:
     """All `save` calls of a batch at once: the last snapshot of each task (earlier
     ones would be overwritten in the same transaction anyway) and every event."""
     latest: dict[tuple[str, str, str], tuple] = {}
-    events: list[tuple] = []
+    runs: dict[tuple[str, str, str], list[tuple[int, bytes]]] = {}
     for args in saves:
-        tenant, owner, task_id = args[0], args[1], args[2]
-        latest[(tenant, owner, task_id)] = args[:7]
-        events.extend((tenant, owner, task_id, seq, payload) for seq, payload in args[7])
+        key = (args[0], args[1], args[2])
+        latest[key] = args[:7]
+        if args[7]:
+            runs.setdefault(key, []).extend(args[7])
     _insert(conn, _TASK_UPSERT, 7, list(latest.values()))
-    if events:
-        _insert(conn, _EVENT_INSERT, 5, events)
+    if runs:
+        rows = [(*key, evs[-1][0], evs[0][0], _pack_events(evs)) for key, evs in runs.items()]
+        _insert(conn, _EVENT_INSERT, 6, rows)
 
 
 def _w_save(
@@ -322,16 +367,21 @@ def _r_events_after(
     conn: sqlite3.Connection, scope: Scope, task_id: str, seq: int
 ) -> list[StoredEvent]:
     rows = conn.execute(
-        "SELECT seq, payload FROM events WHERE tenant = ? AND owner = ? AND task_id = ?"
-        " AND seq > ? ORDER BY seq",
+        "SELECT payload FROM events WHERE tenant = ? AND owner = ? AND task_id = ?"
+        " AND last_seq > ? ORDER BY last_seq",
         (scope.tenant, scope.owner, task_id, seq),
     ).fetchall()
-    return [StoredEvent(s, pb.StreamResponse.FromString(p)) for s, p in rows]
+    return [
+        StoredEvent(s, pb.StreamResponse.FromString(p))
+        for (blob,) in rows
+        for s, p in _unpack_events(blob)
+        if s > seq
+    ]
 
 
 def _r_last_seq(conn: sqlite3.Connection, scope: Scope, task_id: str) -> int:
     row = conn.execute(
-        "SELECT MAX(seq) FROM events WHERE tenant = ? AND owner = ? AND task_id = ?",
+        "SELECT MAX(last_seq) FROM events WHERE tenant = ? AND owner = ? AND task_id = ?",
         (scope.tenant, scope.owner, task_id),
     ).fetchone()
     return row[0] if row is not None and row[0] is not None else 0
