@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 import time
 
@@ -39,7 +40,8 @@ from service.push.queue_base import CursorKey, CursorMove, DeadJob, Job, Lease, 
 
 log = logging.getLogger("service.push")
 
-POLL_SECONDS = 0.2  # idle poll: other replicas' jobs and due retries
+POLL_SECONDS = 0.2
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")  # idle poll: other replicas' jobs and due retries
 
 # Admit a job to its lane: into the stream when the lane has no head, else park it.
 _ADMIT = """
@@ -298,7 +300,8 @@ class RedisQueue:
         else:
             targets = []
             for eid in ids:
-                targets += [_dead(e, f) for e, f in await self.r.xrange(self.dead_stream, eid, eid)]
+                if _ENTRY_ID.fullmatch(eid):  # anything else names no entry
+                    targets += [_dead(e, f) for e, f in await self.r.xrange(self.dead_stream, eid, eid)]
         count = 0
         now = time.time()
         for dead in targets:
