@@ -30,7 +30,9 @@ def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (port 0 picks a free one)."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on such sockets, and
+    # without it Nagle + delayed ACKs add ~40 ms to every keep-alive response.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):

@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
 from gen import a2a_pb2 as pb  # noqa: E402
 
 HOST = "127.0.0.1"  # the bench never targets anything else
-READY = re.compile(r"A2A service ready: grpc=(\d+)")
+READY = re.compile(r"A2A service ready: grpc=(\d+)(?: http=(\d+))?")
 METADATA = (("a2a-version", "1.0"),)
 
 
@@ -58,6 +58,7 @@ class ServerProcess:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self.http_port = 0  # servers with an HTTP gateway print `http=PORT` too
 
     def start(self, timeout: float = 60.0) -> ServerProcess:
         env = dict(os.environ)
@@ -74,6 +75,7 @@ class ServerProcess:
             match = READY.search(self.log_path.read_text(errors="replace"))
             if match:
                 self.port = int(match.group(1))
+                self.http_port = int(match.group(2) or 0)
                 return self
             if self.proc.poll() is not None:
                 break

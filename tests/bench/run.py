@@ -8,6 +8,8 @@
    hits every server alike.
 2. Streaming events per second to one subscriber (SendStreamingMessage, ChunkAgent).
 3. ListTasks latency on a SQLite store filled with 100k tasks, against 1k tasks.
+4. SendMessage over HTTP through the gateway (JSON-RPC and REST) against a bare starlette
+   handler returning a fixed JSON body and the a2a-sdk 1.3.0 JSON-RPC server (http_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -36,6 +38,7 @@ import grpc  # noqa: E402
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
 from tests.bench.common import HOST, METADATA, ROOT, ServerProcess, send_request  # noqa: E402
+from tests.bench.http_bench import bench_http  # noqa: E402
 
 PY = sys.executable
 CHUNK_AGENT = "tests.bench.agents:ChunkAgent"
@@ -426,6 +429,21 @@ def report(results: dict, args) -> str:
             [[r["store"], str(r["chunks_per_turn"]), fmt(r["events_per_s"], 0), fmt(r["turn_ms"], 1),
               fmt(r["first_event_ms"], 2), str(r["turns"]), fmt(r["server_cpu_pct"], 0)]
              for r in results["streaming"]]))
+    if "http" in results:
+        out.append(f"\nSendMessage over HTTP: {args.concurrency} keep-alive connections, one request in flight "
+                   "each, same uvicorn settings everywhere, "
+                   + (f"{args.requests} requests" if args.requests else f"{args.duration:g} s")
+                   + f" x {args.rounds} interleaved round(s)\n(req/s, 'vs bare' and 'vs a2a-sdk' = median "
+                   "over rounds, ratios taken within each round)")
+        out.append(table(
+            ["server", "req/s", "p50 ms", "p99 ms", "vs bare", "vs a2a-sdk", "srv CPU%", "client CPU%", "errors"],
+            [[r["server"], fmt(r["rps"], 0), fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2),
+              f"{r['vs_bare'] * 100:.0f}%", f"{r['vs_sdk']:.1f}x", fmt(r["server_cpu_pct"], 0),
+              fmt(r["client_cpu_pct"], 0), str(r["errors"])] for r in results["http"]]))
+        rows = {r["key"]: r for r in results["http"]}
+        verdicts = [f"{rows[k]['server']}: {rows[k]['vs_sdk']:.1f}x ({'met' if rows[k]['vs_sdk'] >= 3 else 'NOT met'})"
+                    for k in ("http_jsonrpc", "http_rest")]
+        out.append("target: gateway SendMessage >= 3x the a2a-sdk JSON-RPC server -> " + "; ".join(verdicts))
     if "list_tasks" in results:
         lt = results["list_tasks"]
         small, large = lt["small_tasks"], lt["large_tasks"]
@@ -450,6 +468,9 @@ def numbers_ok(results: dict) -> list[str]:
     for r in results.get("send_message", []):
         if r["errors"] or not all(math.isfinite(r[k]) and r[k] > 0 for k in ("rps", "p50_ms", "p99_ms", "vs_bare")):
             bad.append(f"send_message/{r['key']}: {r.get('first_error') or 'missing numbers'}")
+    for r in results.get("http", []):
+        if r["errors"] or not all(math.isfinite(r[k]) and r[k] > 0 for k in ("rps", "p50_ms", "p99_ms", "vs_bare")):
+            bad.append(f"http/{r['key']}: {r.get('first_error') or 'missing numbers'}")
     for r in results.get("streaming", []):
         if not (math.isfinite(r["events_per_s"]) and r["events_per_s"] > 0):
             bad.append(f"streaming/{r['store']}/{r['chunks_per_turn']}")
@@ -465,7 +486,7 @@ def numbers_ok(results: dict) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="~20 s smoke run (shorter windows, smaller store)")
-    p.add_argument("--only", default="send,stream,list", help="comma list of: send, stream, list")
+    p.add_argument("--only", default="send,stream,list,http", help="comma list of: send, stream, list, http")
     p.add_argument("--duration", type=float, help="SendMessage measuring window per server per round, s (default 4)")
     p.add_argument("--warmup", type=float, help="SendMessage warm-up per server per round, s (default 1)")
     p.add_argument("--requests", type=int, default=0, help="fixed request count per round instead of --duration")
@@ -494,8 +515,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    if not args.only <= {"send", "stream", "list"}:
-        p.error(f"--only: unknown part(s) {sorted(args.only - {'send', 'stream', 'list'})}")
+    parts = {"send", "stream", "list", "http"}
+    if not args.only <= parts:
+        p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
 
 
@@ -523,6 +545,9 @@ async def amain(args) -> dict:
             if "list" in args.only:
                 print("ListTasks ...", file=sys.stderr)
                 results["list_tasks"] = await bench_list(args, tmp)
+            if "http" in args.only:
+                print("SendMessage over HTTP ...", file=sys.stderr)
+                results["http"] = await bench_http(args, tmp, percentile)
         except BaseException:
             print_server_logs(tmp)
             raise

@@ -1,0 +1,49 @@
+"""The a2a-sdk 1.3.0 JSON-RPC server (starlette routes from the SDK, under uvicorn) with the same
+echo executor and in-memory task store as sdk_server.py.
+
+    python tests/bench/sdk_jsonrpc_server.py [--port 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import signal
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from a2a.server.request_handlers import DefaultRequestHandler  # noqa: E402
+from a2a.server.routes import create_jsonrpc_routes  # noqa: E402
+from a2a.server.tasks import InMemoryTaskStore  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+
+from gateway.server import HttpServer  # noqa: E402
+from tests.bench.common import HOST  # noqa: E402
+from tests.bench.sdk_server import EchoExecutor, agent_card  # noqa: E402
+
+
+async def main(port: int) -> None:
+    server = HttpServer(HOST, port)
+    card = agent_card(server.port)
+    del card.supported_interfaces[:]
+    card.supported_interfaces.add(url=f"http://{HOST}:{server.port}", protocol_binding="JSONRPC",
+                                  protocol_version="1.0")
+    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(),
+                                    agent_card=card)
+    app = Starlette(routes=create_jsonrpc_routes(handler, rpc_url="/"))
+    await server.start(app, log_level="warning")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"A2A service ready: grpc=0 http={server.port}", flush=True)
+    await stop.wait()
+    await server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    asyncio.run(main(parser.parse_args().port))
