@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -64,26 +66,30 @@ class Receiver:
 
     respond: Callable[[Received], tuple[int, dict[str, str]]] = field(default=lambda r: (200, {}))
     delay: float = 0.0
+    host: str = "127.0.0.1"
     requests: list[Received] = field(default_factory=list)
     server: asyncio.AbstractServer | None = None
     port: int = 0
+    _writers: set = field(default_factory=set)
 
     async def start(self) -> Receiver:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, self.host, 0)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"http://{self.host}:{self.port}/hook"
 
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
-            self.server.close_clients()
+            for writer in list(self._writers):
+                writer.close()
             await self.server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             while True:
                 line = await reader.readline()
@@ -108,6 +114,7 @@ class Receiver:
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
+            self._writers.discard(writer)
             writer.close()
 
     def accepted(self) -> list[Received]:
@@ -120,9 +127,15 @@ class Receiver:
         return out
 
 
-async def eventually(predicate: Callable[[], bool], seconds: float = 15.0, what: str = "condition") -> None:
+async def eventually(predicate: Callable[[], Any], seconds: float = 15.0, what: str = "condition") -> None:
+    """Wait until predicate() (a bool, or an awaitable of one) is true."""
     deadline = time.monotonic() + seconds
-    while not predicate():
+    while True:
+        ok = predicate()
+        if inspect.isawaitable(ok):
+            ok = await ok
+        if ok:
+            return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds} s waiting for {what}")
         await asyncio.sleep(0.02)

@@ -234,10 +234,12 @@ def parse_url(url: str) -> tuple[str, str, int]:
     if not raw_host:
         raise CallbackRefused("callback URL has no host")
     try:
-        port = parts.port or (443 if scheme == "https" else 80)
+        port = parts.port
     except ValueError:
         raise CallbackRefused("callback URL has an invalid port") from None
-    if port == 0:
+    if port is None:
+        port = 443 if scheme == "https" else 80
+    elif port == 0:
         raise CallbackRefused("callback URL has an invalid port")
     return scheme, normalize_host(raw_host, bracketed=parts.netloc.startswith("[")), port
 
