@@ -225,7 +225,9 @@ class Engine:
             if run.cancel_requested:
                 run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
             else:
-                # Server shutdown: restart recovery marks the task, nothing to add here.
+                # Server shutdown: restart recovery marks the task. Waiters and streams are
+                # released now rather than left to the transport's grace timeout.
+                run.agent_task = None
                 await run.finish()
                 raise
         except Exception as exc:  # the agent broke: the task fails, the server keeps serving
@@ -277,6 +279,12 @@ class Engine:
             raise UnsupportedOperationError(
                 f"Task {task_id} is {state_name(task.status.state)}; there is nothing to subscribe to."
             )
+        if after_seq is not None:
+            latest = run.seq if run is not None else await self.store.last_seq(scope, task_id)
+            if after_seq > latest:
+                raise invalid_field(
+                    "Last-Event-ID", f"is past the task's latest event ({latest}); resume from an id you received"
+                )
         if run is None:
             return EventStream(self._stored_only(scope, task, after_seq))
         return self.subscribe_run(run, after_seq)
