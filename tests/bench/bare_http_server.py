@@ -7,10 +7,8 @@ as the gateway.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import pathlib
-import signal
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -23,7 +21,7 @@ from starlette.routing import Route  # noqa: E402
 
 from gateway.server import HttpServer  # noqa: E402
 from gateway.transcode import dumps  # noqa: E402
-from tests.bench.common import HOST, canned_response  # noqa: E402
+from tests.bench.common import HOST, announce_and_wait, canned_response, port_from_argv  # noqa: E402
 
 BODY = dumps({"jsonrpc": "2.0", "id": 1, "result": json_format.MessageToDict(canned_response())})
 
@@ -37,16 +35,9 @@ async def main(port: int) -> None:
     app = Starlette(routes=[Route("/", fixed, methods=["POST"]), Route("/message:send", fixed, methods=["POST"])])
     server = HttpServer(HOST, port)
     await server.start(app, log_level="warning")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"A2A service ready: grpc=0 http={server.port}", flush=True)
-    await stop.wait()
+    await announce_and_wait(f"A2A service ready: grpc=0 http={server.port}")
     await server.stop()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=0)
-    asyncio.run(main(parser.parse_args().port))
+    asyncio.run(main(port_from_argv()))

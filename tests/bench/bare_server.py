@@ -5,10 +5,8 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import pathlib
-import signal
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -16,7 +14,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import grpc  # noqa: E402
 
 from gen import a2a_pb2_grpc  # noqa: E402
-from tests.bench.common import HOST, canned_response  # noqa: E402
+from tests.bench.common import HOST, announce_and_wait, canned_response, port_from_argv  # noqa: E402
 
 RESPONSE = canned_response()
 
@@ -31,16 +29,9 @@ async def main(port: int) -> None:
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(BareServicer(), server)
     bound = server.add_insecure_port(f"{HOST}:{port}")
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"A2A service ready: grpc={bound}", flush=True)
-    await stop.wait()
+    await announce_and_wait(f"A2A service ready: grpc={bound}")
     await server.stop(1)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=0)
-    asyncio.run(main(parser.parse_args().port))
+    asyncio.run(main(port_from_argv()))

@@ -126,3 +126,58 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+async def announce_and_wait(ready_line: str) -> None:
+    """Print the line the bench waits for, then block until SIGINT or SIGTERM."""
+    import asyncio
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(ready_line, flush=True)
+    await stop.wait()
+
+
+def port_from_argv() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    return parser.parse_args().port
+
+
+async def run_load(workers: list, call_once, duration: float, count: int) -> tuple[list[float], float, int, str]:
+    """Drive `call_once(worker)` from every worker until `count` calls (if set) or
+    `duration` seconds. `call_once` returns None on success or an error text.
+    Returns (latencies of the successful calls, elapsed, errors, first error)."""
+    import asyncio
+
+    latencies: list[float] = []
+    errors = 0
+    first_error = ""
+    issued = 0
+    start = time.perf_counter()
+    deadline = start + duration
+
+    async def loop(worker) -> None:
+        nonlocal errors, first_error, issued
+        while True:
+            if count:
+                if issued >= count:
+                    return
+                issued += 1
+            elif time.perf_counter() >= deadline:
+                return
+            t0 = time.perf_counter()
+            error = await call_once(worker)
+            if error is not None:
+                errors += 1
+                first_error = first_error or error
+                await asyncio.sleep(0.01)
+                continue
+            latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(loop(w) for w in workers))
+    return latencies, time.perf_counter() - start, errors, first_error

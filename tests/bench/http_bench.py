@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 
-from tests.bench.common import HOST, ROOT, ServerProcess
+from tests.bench.common import HOST, ROOT, ServerProcess, run_load
 
 PY = sys.executable
 ECHO_TEXT = "hello bench"
@@ -85,33 +85,15 @@ def check_body(body: bytes, rest: bool, echo: bool) -> None:
 
 async def drive(conns: list[Connection], template: RequestTemplate, duration: float,
                 count: int) -> tuple[list[float], float, int, str]:
-    latencies: list[float] = []
-    errors = 0
-    first_error = ""
-    issued = 0
-    start = time.perf_counter()
-    deadline = start + duration
+    """One SendMessage caller per connection; see run_load."""
 
-    async def worker(conn: Connection) -> None:
-        nonlocal errors, first_error, issued
-        while True:
-            if count:
-                if issued >= count:
-                    return
-                issued += 1
-            elif time.perf_counter() >= deadline:
-                return
-            data = template.build()
-            t0 = time.perf_counter()
-            status, body = await conn.send(data)
-            if status != 200 or b"TASK_STATE_COMPLETED" not in body:
-                errors += 1
-                first_error = first_error or f"HTTP {status}: {body[:200]!r}"
-                continue
-            latencies.append(time.perf_counter() - t0)
+    async def call_once(conn: Connection) -> str | None:
+        status, body = await conn.send(template.build())
+        if status != 200 or b"TASK_STATE_COMPLETED" not in body:
+            return f"HTTP {status}: {body[:200]!r}"
+        return None
 
-    await asyncio.gather(*(worker(c) for c in conns))
-    return latencies, time.perf_counter() - start, errors, first_error
+    return await run_load(conns, call_once, duration, count)
 
 
 async def measure(server: ServerProcess, path: str, rest: bool, echo: bool, args) -> dict:

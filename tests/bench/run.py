@@ -37,7 +37,7 @@ import grpc  # noqa: E402
 
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
-from tests.bench.common import HOST, METADATA, ROOT, ServerProcess, send_request  # noqa: E402
+from tests.bench.common import HOST, METADATA, ROOT, ServerProcess, run_load, send_request  # noqa: E402
 from tests.bench.http_bench import bench_http  # noqa: E402
 
 PY = sys.executable
@@ -84,36 +84,16 @@ def check_echo(response: pb.SendMessageResponse, sent: str | None) -> None:
 
 
 async def drive(stub, concurrency: int, duration: float, count: int) -> tuple[list[float], float, int, str]:
-    """Run `concurrency` workers; return (latencies, elapsed, errors, first error)."""
-    latencies: list[float] = []
-    errors = 0
-    first_error = ""
-    issued = 0
-    start = time.perf_counter()
-    deadline = start + duration
+    """`concurrency` SendMessage callers on one channel; see run_load."""
 
-    async def worker() -> None:
-        nonlocal errors, first_error, issued
-        while True:
-            if count:
-                if issued >= count:
-                    return
-                issued += 1
-            elif time.perf_counter() >= deadline:
-                return
-            request = send_request(ECHO_TEXT)
-            t0 = time.perf_counter()
-            try:
-                await stub.SendMessage(request, metadata=METADATA, timeout=30)
-            except grpc.RpcError as exc:
-                errors += 1
-                first_error = first_error or f"{exc.code().name}: {exc.details()}"
-                await asyncio.sleep(0.01)
-                continue
-            latencies.append(time.perf_counter() - t0)
+    async def call_once(_worker) -> str | None:
+        try:
+            await stub.SendMessage(send_request(ECHO_TEXT), metadata=METADATA, timeout=30)
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        return None
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, time.perf_counter() - start, errors, first_error
+    return await run_load(list(range(concurrency)), call_once, duration, count)
 
 
 async def measure_send(server: ServerProcess, args, sent_check: bool) -> dict:

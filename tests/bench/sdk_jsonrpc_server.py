@@ -6,10 +6,8 @@ echo executor and in-memory task store as sdk_server.py.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import pathlib
-import signal
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -20,7 +18,7 @@ from a2a.server.tasks import InMemoryTaskStore  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 
 from gateway.server import HttpServer  # noqa: E402
-from tests.bench.common import HOST  # noqa: E402
+from tests.bench.common import HOST, announce_and_wait, port_from_argv  # noqa: E402
 from tests.bench.sdk_server import EchoExecutor, agent_card  # noqa: E402
 
 
@@ -34,16 +32,9 @@ async def main(port: int) -> None:
                                     agent_card=card)
     app = Starlette(routes=create_jsonrpc_routes(handler, rpc_url="/"))
     await server.start(app, log_level="warning")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"A2A service ready: grpc=0 http={server.port}", flush=True)
-    await stop.wait()
+    await announce_and_wait(f"A2A service ready: grpc=0 http={server.port}")
     await server.stop()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=0)
-    asyncio.run(main(parser.parse_args().port))
+    asyncio.run(main(port_from_argv()))

@@ -9,10 +9,8 @@ like our echo agent.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import pathlib
-import signal
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -25,7 +23,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater  # noqa: E402
 from a2a.types import a2a_pb2 as sdk_pb  # noqa: E402
 from a2a.types import a2a_pb2_grpc as sdk_grpc  # noqa: E402
 
-from tests.bench.common import HOST  # noqa: E402
+from tests.bench.common import HOST, announce_and_wait, port_from_argv  # noqa: E402
 
 
 class EchoExecutor(AgentExecutor):
@@ -68,16 +66,9 @@ async def main(port: int) -> None:
     )
     sdk_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"A2A service ready: grpc={bound}", flush=True)
-    await stop.wait()
+    await announce_and_wait(f"A2A service ready: grpc={bound}")
     await server.stop(1)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=0)
-    asyncio.run(main(parser.parse_args().port))
+    asyncio.run(main(port_from_argv()))
