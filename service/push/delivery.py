@@ -9,13 +9,16 @@
 - The config was deleted meanwhile: the job is dropped.
 
 At most `concurrency` deliveries run at once and at most `host_concurrency` per
-callback host; a job whose host is saturated is handed back for a moment without
-counting an attempt, so a slow receiver holds only its own slots and lanes.
+callback host. Jobs for a saturated host wait in memory for one of its slots
+without holding a delivery slot (at most `concurrency` of them; beyond that they
+are handed back for a moment without counting an attempt), so a slow receiver
+holds only its own slots and lanes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import email.utils
 import logging
 import random
@@ -24,13 +27,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import httpcore
-
 from gen import a2a_pb2 as pb
 from service.push.crypto import SecretUnavailable
 from service.push.queue_base import Job, Lease, PushQueue
 from service.push.ssrf import CallbackRefused, CallbackUnresolvable
-from service.push.transport import CallbackClient, Reply
+from service.push.transport import CallbackClient, Reply, TransportError
 from service.store import Scope
 
 log = logging.getLogger("service.push")
@@ -101,16 +102,20 @@ class DeliveryWorker:
         self.concurrency = concurrency
         self.host_concurrency = host_concurrency
         self._active: set[asyncio.Task] = set()
-        self._per_host: dict[str, int] = {}
+        self._per_host: dict[str, int] = {}  # slots in use per callback host
+        self._host_waiters: dict[str, collections.deque[asyncio.Future]] = {}
+        self._waiting = 0  # deliveries waiting for a host slot
+        self._capacity = asyncio.Event()  # set when a delivery ends or starts waiting
         self._stopping = False
         self.delivered = 0  # counters, for logs and benchmarks
         self.failed = 0
 
     async def run(self) -> None:
         while not self._stopping:
-            free = self.concurrency - len(self._active)
+            free = self.concurrency - (len(self._active) - self._waiting)
             if free <= 0:
-                await asyncio.wait(self._active, return_when=asyncio.FIRST_COMPLETED)
+                self._capacity.clear()
+                await self._capacity.wait()
                 continue
             try:
                 leases = await self.queue.lease(free)
@@ -124,7 +129,11 @@ class DeliveryWorker:
             for lease in leases:
                 task = asyncio.create_task(self._deliver(lease))
                 self._active.add(task)
-                task.add_done_callback(self._active.discard)
+                task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._active.discard(task)
+        self._capacity.set()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -154,16 +163,46 @@ class DeliveryWorker:
             await self.queue.ack(lease)
             return
         host = _host_of(config.url)
-        if self._per_host.get(host, 0) >= self.host_concurrency:
+        if not await self._host_slot(host):
             await self.queue.release(lease, time.time() + HOST_BUSY_DELAY)
             return
-        self._per_host[host] = self._per_host.get(host, 0) + 1
         try:
             await self._post(lease, job, config)
         finally:
-            self._per_host[host] -= 1
-            if not self._per_host[host]:
-                del self._per_host[host]
+            self._free_host(host)
+
+    async def _host_slot(self, host: str) -> bool:
+        """Take a slot of `host`, waiting for one if needed; False when too many wait already."""
+        if self._per_host.get(host, 0) < self.host_concurrency:
+            self._per_host[host] = self._per_host.get(host, 0) + 1
+            return True
+        if self._waiting >= self.concurrency:
+            return False
+        fut = asyncio.get_running_loop().create_future()
+        self._host_waiters.setdefault(host, collections.deque()).append(fut)
+        self._waiting += 1
+        self._capacity.set()
+        try:
+            await fut  # a finishing delivery hands its slot over
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._free_host(host)
+            raise
+        finally:
+            self._waiting -= 1
+        return True
+
+    def _free_host(self, host: str) -> None:
+        waiters = self._host_waiters.get(host)
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._host_waiters.pop(host, None)
+        self._per_host[host] -= 1
+        if not self._per_host[host]:
+            del self._per_host[host]
 
     async def _post(self, lease: Lease, job: Job, config: pb.TaskPushNotificationConfig) -> None:
         try:
@@ -174,14 +213,11 @@ class DeliveryWorker:
         except CallbackRefused as exc:
             await self._dead(lease, job, f"callback URL refused: {exc}")
             return
-        except (TimeoutError, httpcore.TimeoutException):
+        except TimeoutError:
             await self._retry(lease, job, f"timed out after {self.client.timeout:g} s", None)
             return
-        except (httpcore.NetworkError, httpcore.ProtocolError, OSError) as exc:
+        except (OSError, TransportError) as exc:
             await self._retry(lease, job, f"network error: {type(exc).__name__}: {exc}", None)
-            return
-        except httpcore.UnsupportedProtocol as exc:
-            await self._dead(lease, job, f"unsupported URL: {exc}")
             return
         status = reply.status
         if 200 <= status < 300:

@@ -10,7 +10,9 @@
 Every job file is written to tmp/, fsync'ed, renamed into place and its directory
 fsync'ed, so a job is either wholly there or not at all, across kill -9 and power
 loss. State changes that need no new content are renames. At startup everything
-in inflight/ goes back to pending/: the process that leased it is gone. An
+in inflight/ goes back to pending/: the process that leased it is gone. All file
+changes of a running queue are made by one I/O thread in batches (one wake-up and
+one fsync per touched directory per batch, like a database's group commit). An
 in-memory index (lanes sorted by sequence, a heap of ready lanes) answers leases;
 the files are the truth and rebuild it. One process owns the directory (flock).
 
@@ -31,8 +33,12 @@ import json
 import logging
 import os
 import pathlib
+import queue
+import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from service.push.queue_base import CursorKey, CursorMove, DeadJob, Job, Lease, TaskKey
 
@@ -58,6 +64,70 @@ def _sort_key(job: Job) -> tuple[int, str]:
     return job.seq, job.id
 
 
+def _settle(results: list[tuple[asyncio.Future | None, Any, BaseException | None]]) -> None:
+    for fut, value, exc in results:
+        if fut is None:
+            if exc is not None:
+                log.error("push queue file operation failed: %s", exc)
+        elif not fut.done():
+            if exc is None:
+                fut.set_result(value)
+            else:
+                fut.set_exception(exc)
+
+
+class _IoThread:
+    """Runs file operations in submission order on one thread, in batches. Each operation
+    gets the batch's set of directories to fsync; futures resolve after those fsyncs."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name="push-queue-io", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+        fut = self._loop.create_future()
+        self._q.put((fn, args, fut))
+        return fut
+
+    def fire(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run it, nobody waits (failures are logged)."""
+        self._q.put((fn, args, None))
+
+    def stop(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+
+    def _main(self) -> None:
+        while True:
+            batch = [self._q.get()]
+            while True:
+                try:
+                    batch.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            dirs: set[pathlib.Path] = set()
+            results: list[tuple[asyncio.Future | None, Any, BaseException | None]] = []
+            for item in batch:
+                if item is None:
+                    continue
+                fn, args, fut = item
+                try:
+                    results.append((fut, fn(dirs, *args), None))
+                except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
+                    results.append((fut, None, exc))
+            try:
+                for directory in dirs:
+                    _fsync_dir(directory)
+            except OSError as exc:
+                results = [(fut, None, exc) for fut, _, _ in results]
+            if results:
+                self._loop.call_soon_threadsafe(_settle, results)
+            if None in batch:
+                return
+
+
 class FileQueue:
     def __init__(self, root: str | os.PathLike, lease_seconds: float = 300.0) -> None:
         self.root = pathlib.Path(root)
@@ -74,11 +144,14 @@ class FileQueue:
         self._event = asyncio.Event()
         self._lock_fd: int | None = None
         self._last_adopt = 0.0
+        self._io: _IoThread | None = None
 
     # ---- files -------------------------------------------------------------
 
-    def _write(self, items: list[tuple[pathlib.Path, str, str]], durable: bool = True) -> None:
-        """Atomically (re)place files: tmp write, fsync, rename, fsync the directories."""
+    def _write(self, dirs: set[pathlib.Path], items: list[tuple[pathlib.Path, str, str]],
+               durable: bool = True) -> None:
+        """Atomically (re)place files: tmp write, fsync, rename; the directories go into
+        `dirs` for the caller to fsync."""
         staged = []
         for directory, name, text in items:
             tmp = self.tmp / f"{name}.{uuid.uuid4().hex[:8]}"
@@ -91,8 +164,32 @@ class FileQueue:
         for tmp, final in staged:
             os.replace(tmp, final)
         if durable:
-            for directory in {d for d, _, _ in items}:
+            dirs.update(d for d, _, _ in items)
+
+    def _write_now(self, items: list[tuple[pathlib.Path, str, str]]) -> None:
+        """`_write` + the fsyncs, in the calling thread (startup, the CLI)."""
+        dirs: set[pathlib.Path] = set()
+        self._write(dirs, items)
+        for directory in dirs:
+            _fsync_dir(directory)
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        """A file operation on the I/O thread (or a worker thread when the queue is not open)."""
+        if self._io is not None:
+            return self._io.submit(fn, *args)
+
+        def now() -> Any:
+            dirs: set[pathlib.Path] = set()
+            out = fn(dirs, *args)
+            for directory in dirs:
                 _fsync_dir(directory)
+            return out
+
+        return asyncio.to_thread(now)
+
+    @staticmethod
+    def _unlink(dirs: set[pathlib.Path], path: pathlib.Path) -> None:
+        path.unlink(missing_ok=True)
 
     def _ensure_dirs(self) -> None:
         for d in (self.pending, self.inflight, self.dead_dir, self.incoming, self.cursor_dir, self.tmp):
@@ -102,6 +199,7 @@ class FileQueue:
 
     async def open(self) -> None:
         jobs, cursors = await asyncio.to_thread(self._open_sync)
+        self._io = _IoThread(asyncio.get_running_loop())
         for job in jobs:
             self._insert(job)
         self._cursors = cursors
@@ -148,12 +246,18 @@ class FileQueue:
             self._requeue_file(lease.job)
         self._leases.clear()
         self._busy.clear()
+        if self._io is not None:
+            await asyncio.to_thread(self._io.stop)  # finishes what was submitted
+            self._io = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
     def abandon(self) -> None:
         """Drop the directory lock and leave every file as it is, as a killed process would (tests)."""
+        if self._io is not None:
+            self._io.stop()
+            self._io = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -213,7 +317,7 @@ class FileQueue:
                 return False
             self._cursors[task][config_id] = cursor.new  # reserved before the write yields
         try:
-            await asyncio.to_thread(self._enqueue_sync, jobs, cursor)
+            await self._run(self._enqueue_files, jobs, cursor)
         except BaseException:
             if cursor is not None and self._cursors.get(cursor.key[:3], {}).get(cursor.key[3]) == cursor.new:
                 self._cursors[cursor.key[:3]][cursor.key[3]] = cursor.expected
@@ -223,12 +327,12 @@ class FileQueue:
         self._event.set()
         return True
 
-    def _enqueue_sync(self, jobs: list[Job], cursor: CursorMove | None) -> None:
+    def _enqueue_files(self, dirs: set[pathlib.Path], jobs: list[Job], cursor: CursorMove | None) -> None:
         if jobs:
-            self._write([(self.pending, job.id, job.to_json()) for job in jobs])
+            self._write(dirs, [(self.pending, job.id, job.to_json()) for job in jobs])
         if cursor is not None:
             body = json.dumps({"key": list(cursor.key), "seq": cursor.new})
-            self._write([(self.cursor_dir, _cursor_name(cursor.key), body)], durable=False)
+            self._write(dirs, [(self.cursor_dir, _cursor_name(cursor.key), body)], durable=False)
 
     async def lease(self, limit: int) -> list[Lease]:
         now = time.time()
@@ -259,14 +363,16 @@ class FileQueue:
     async def ack(self, lease: Lease) -> None:
         if not self._current(lease):
             return
-        (self.inflight / lease.job.id).unlink(missing_ok=True)
         self._finish(lease)
+        # Not awaited: the lane moves on at once. Should the process die before the file
+        # is gone, the job is delivered once more (at least once).
+        if self._io is not None:
+            self._io.fire(self._unlink, self.inflight / lease.job.id)
 
     async def retry(self, lease: Lease, job: Job) -> None:
         if not self._current(lease):
             return
-        await asyncio.to_thread(self._write, [(self.pending, job.id, job.to_json())])
-        (self.inflight / job.id).unlink(missing_ok=True)
+        await self._run(self._move_with, self.pending, job.id, job.to_json())
         if self._current(lease):  # the lane stays busy until the retry is on disk
             self._leases.pop(lease.token)
             self._busy.pop(job.lane, None)
@@ -287,9 +393,13 @@ class FileQueue:
         if not self._current(lease):
             return
         entry = {"job": json.loads(job.to_json()), "error": error, "failed_at": time.time()}
-        await asyncio.to_thread(self._write, [(self.dead_dir, job.id, json.dumps(entry))])
-        (self.inflight / job.id).unlink(missing_ok=True)
+        await self._run(self._move_with, self.dead_dir, job.id, json.dumps(entry))
         self._finish(lease)
+
+    def _move_with(self, dirs: set[pathlib.Path], directory: pathlib.Path, name: str, text: str) -> None:
+        """inflight/NAME becomes DIRECTORY/NAME with new content (durably)."""
+        self._write(dirs, [(directory, name, text)])
+        (self.inflight / name).unlink(missing_ok=True)
 
     async def wait(self, max_seconds: float) -> None:
         if not self._event.is_set():
@@ -338,7 +448,7 @@ class FileQueue:
             job.id = f"{job.id.split('~', 1)[0]}~r{int(now * 1000)}"
             job.attempts, job.last_error, job.replay = 0, "", True
             job.created_at = job.due_at = now
-            self._write([(self.incoming, job.id, job.to_json())])
+            self._write_now([(self.incoming, job.id, job.to_json())])
             (self.dead_dir / dead.id).unlink(missing_ok=True)
             count += 1
         return count
@@ -376,7 +486,7 @@ class FileQueue:
             return
         found[key[3]] = seq
         body = json.dumps({"key": list(key), "seq": seq})
-        await asyncio.to_thread(self._write, [(self.cursor_dir, _cursor_name(key), body)])
+        await self._run(self._write, [(self.cursor_dir, _cursor_name(key), body)])
 
     async def drop_cursor(self, key: CursorKey) -> None:
         found = self._cursors.get(key[:3])
@@ -384,4 +494,4 @@ class FileQueue:
             return
         if not found:
             del self._cursors[key[:3]]
-        await asyncio.to_thread((self.cursor_dir / _cursor_name(key)).unlink, True)
+        await self._run(self._unlink, self.cursor_dir / _cursor_name(key))
