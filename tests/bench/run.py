@@ -10,6 +10,8 @@
 3. ListTasks latency on a SQLite store filled with 100k tasks, against 1k tasks.
 4. SendMessage over HTTP through the gateway (JSON-RPC and REST) against a bare starlette
    handler returning a fixed JSON body and the a2a-sdk 1.3.0 JSON-RPC server (http_bench.py).
+5. Push notifications delivered per second to a fast loopback receiver, local-file queue and
+   redis-streams (push_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -39,6 +41,7 @@ from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
 from tests.bench.common import HOST, METADATA, ROOT, ServerProcess, run_load, send_request  # noqa: E402
 from tests.bench.http_bench import bench_http  # noqa: E402
+from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
 
 PY = sys.executable
 CHUNK_AGENT = "tests.bench.agents:ChunkAgent"
@@ -439,6 +442,8 @@ def report(results: dict, args) -> str:
         for n, s in lt["sizes"].items():
             out.append(f"store of {n:,} tasks: filled in {s['fill_s']:.1f} s "
                        f"({s['fill_tasks_per_s']:,.0f} tasks/s via store.save), {s['db_bytes'] / 1e6:.1f} MB")
+    if "push" in results:
+        out.append(report_push(results["push"]))
     return "\n".join(out)
 
 
@@ -457,6 +462,7 @@ def numbers_ok(results: dict) -> list[str]:
     for r in results.get("list_tasks", {}).get("rows", []):
         if not all(math.isfinite(r[k]) and r[k] > 0 for k in r if k != "query"):
             bad.append(f"list_tasks/{r['query']}")
+    bad += push_rows_bad(results.get("push", []))
     return bad
 
 
@@ -466,7 +472,7 @@ def numbers_ok(results: dict) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="~20 s smoke run (shorter windows, smaller store)")
-    p.add_argument("--only", default="send,stream,list,http", help="comma list of: send, stream, list, http")
+    p.add_argument("--only", default="send,stream,list,http,push", help="comma list of: send, stream, list, http, push")
     p.add_argument("--duration", type=float, help="SendMessage measuring window per server per round, s (default 4)")
     p.add_argument("--warmup", type=float, help="SendMessage warm-up per server per round, s (default 1)")
     p.add_argument("--requests", type=int, default=0, help="fixed request count per round instead of --duration")
@@ -495,7 +501,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http"}
+    parts = {"send", "stream", "list", "http", "push"}
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -528,6 +534,9 @@ async def amain(args) -> dict:
             if "http" in args.only:
                 print("SendMessage over HTTP ...", file=sys.stderr)
                 results["http"] = await bench_http(args, tmp, percentile)
+            if "push" in args.only:
+                print("Push delivery ...", file=sys.stderr)
+                results["push"] = await bench_push(args, tmp)
         except BaseException:
             print_server_logs(tmp)
             raise
