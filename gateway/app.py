@@ -5,6 +5,9 @@
     GET  /health                        {"status": "healthy"}; 503 while draining
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
+With authentication configured, JSON-RPC and REST sit behind the guard of auth.py
+(401 before anything else); the card and /health stay public.
+
 No business logic lives here: every A2A operation goes through the invoker to
 the same servicer the gRPC binding uses.
 """
@@ -20,12 +23,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.auth import HttpAuth
 from gateway.body import json_response
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.invoker import Invoker
 from gateway.jsonrpc import JsonRpcEndpoint
-from gateway.params import Authenticator
 from gateway.rest import RestEndpoint
+from service.auth import Authenticator
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -47,16 +51,21 @@ def build_app(
     is_serving: Callable[[], bool],
     card_max_age: int = 60,
     keepalive_seconds: float = 15.0,
-    authenticate: Authenticator | None = None,
+    auth: Authenticator | None = None,
+    forward_credentials: bool = False,
 ) -> Starlette:
-    jsonrpc = JsonRpcEndpoint(invoker, service, keepalive_seconds=keepalive_seconds,
-                              authenticate=authenticate)
-    rest = RestEndpoint(invoker, service, keepalive_seconds=keepalive_seconds,
-                        authenticate=authenticate)
+    """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
+    credential headers for the invoker (proxy mode: the upstream authenticates again)."""
+    jsonrpc = JsonRpcEndpoint(invoker, service, keepalive_seconds=keepalive_seconds)
+    rest = RestEndpoint(invoker, service, keepalive_seconds=keepalive_seconds)
+    jsonrpc_handle, rest_handle = jsonrpc.handle, rest.handle
+    if auth is not None:
+        guard = HttpAuth(auth, forward_credentials=forward_credentials).guard
+        jsonrpc_handle, rest_handle = guard(jsonrpc_handle), guard(rest_handle)
     routes = [
-        Route("/", jsonrpc.handle, methods=ALL_METHODS),
+        Route("/", jsonrpc_handle, methods=ALL_METHODS),
         Route(WELL_KNOWN_PATH, CardEndpoint(card, card_max_age).handle, methods=ALL_METHODS),
         Route("/health", health_endpoint(is_serving), methods=["GET", "HEAD"]),
-        Route("/{path:path}", rest.handle, methods=ALL_METHODS),
+        Route("/{path:path}", rest_handle, methods=ALL_METHODS),
     ]
     return Starlette(routes=routes)

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from gateway.body import JSON_MEDIA_TYPE, read_json_body
 from gateway.errors import MethodNotAllowedError, http_headers, jsonrpc_error_body
 from gateway.invoker import Invoker
-from gateway.params import Authenticator, call_context
+from gateway.params import PRINCIPAL_KEY, call_context
 from gateway.sse import event_stream
 from gateway.transcode import build_request, dumps, dumps_str, parse_json_body, to_json_dict
 from service.errors import (
@@ -84,12 +84,10 @@ class JsonRpcEndpoint:
         service: ServiceDescriptor,
         *,
         keepalive_seconds: float,
-        authenticate: Authenticator | None = None,
     ) -> None:
         self.invoker = invoker
         self.methods = method_table(service)
         self.keepalive_seconds = keepalive_seconds
-        self.authenticate = authenticate
 
     def _error(self, err: A2AError, rid: Any) -> Response:
         status = err.http_status if err.http_status in _KEEP_HTTP_STATUS else 200
@@ -114,7 +112,7 @@ class JsonRpcEndpoint:
             method, request_cls = entry
             message = build_request(request_cls, body=params, body_field="*")
             call = call_context(request.scope["headers"], request.headers, request.query_params,
-                                self.authenticate)
+                                request.scope.get(PRINCIPAL_KEY, ""))
             if method.server_streaming:
                 events = await self.invoker.stream(name, message, call)
                 return event_stream(

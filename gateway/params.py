@@ -10,7 +10,7 @@ explaining how to send the header.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from service.api import CallContext
 from service.errors import invalid_field
@@ -20,7 +20,7 @@ FORWARDED_HEADERS = frozenset({"a2a-version", "a2a-extensions", "authorization",
 GRPC_METADATA_PREFIX = "grpc-metadata-"
 VERSION_KEY = "a2a-version"
 
-Authenticator = Callable[[dict[str, str]], str]  # metadata -> principal, or raise
+PRINCIPAL_KEY = "a2a.principal"  # ASGI scope key: the caller, set by gateway.auth's guard
 
 
 def forwarded_metadata(headers: list[tuple[bytes, bytes]], query: Mapping[str, str]) -> dict[str, str]:
@@ -59,10 +59,9 @@ def call_context(
     raw_headers: list[tuple[bytes, bytes]],
     headers: Mapping[str, str],
     query: Mapping[str, str],
-    authenticate: Authenticator | None,
+    principal: str = "",
 ) -> CallContext:
     metadata = forwarded_metadata(raw_headers, query)
-    principal = authenticate(metadata) if authenticate is not None else ""
     return CallContext(
         metadata=metadata,
         principal=principal,

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from gateway.body import A2A_MEDIA_TYPE, read_json_body, rest_media_type
 from gateway.errors import MethodNotAllowedError, http_headers, rest_error_body
 from gateway.invoker import Invoker
-from gateway.params import Authenticator, call_context
+from gateway.params import PRINCIPAL_KEY, call_context
 from gateway.routes import Router, route_table, with_post_aliases
 from gateway.sse import event_stream
 from gateway.transcode import (
@@ -53,7 +53,6 @@ class RestEndpoint:
         service: ServiceDescriptor,
         *,
         keepalive_seconds: float,
-        authenticate: Authenticator | None = None,
     ) -> None:
         self.invoker = invoker
         self.router = build_router(service)
@@ -61,7 +60,6 @@ class RestEndpoint:
             m.name: message_factory.GetMessageClass(m.input_type) for m in service.methods
         }
         self.keepalive_seconds = keepalive_seconds
-        self.authenticate = authenticate
 
     async def handle(self, request: Request) -> Response:
         media_type = A2A_MEDIA_TYPE
@@ -91,7 +89,7 @@ class RestEndpoint:
                 path_vars=match.path_vars, query=request.query_params.multi_items(),
             )
             call = call_context(request.scope["headers"], request.headers, request.query_params,
-                                self.authenticate)
+                                request.scope.get(PRINCIPAL_KEY, ""))
             if route.method.server_streaming:
                 events = await self.invoker.stream(name, message, call)
                 return event_stream(

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Generator
+from typing import Any
 
 import uvicorn
 
@@ -56,10 +57,13 @@ class HttpServer:
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task | None = None
 
-    async def start(self, app, *, log_level: str = "warning", graceful_seconds: float = 5.0) -> None:
+    async def start(self, app, *, log_level: str = "warning", graceful_seconds: float = 5.0,
+                    ssl: dict[str, Any] | None = None) -> None:
+        """`ssl`: uvicorn's ssl_* options (service.auth.TlsFiles.uvicorn_options) for HTTPS."""
         config = uvicorn.Config(
             app, lifespan="off", log_config=None, log_level=log_level.lower(), access_log=False,
             timeout_graceful_shutdown=max(graceful_seconds, 0.1), server_header=False,
+            **(ssl or {}),
         )
         self._server = _EmbeddedServer(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[self.sock]))

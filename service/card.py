@@ -40,6 +40,8 @@ class CardBuilder:
         extensions: list[dict[str, Any]] | None = None,
         extended_card: bool = False,
         extended_skills: list[Any] | None = None,
+        security_schemes: dict[str, pb.SecurityScheme] | None = None,
+        security_requirements: list[pb.SecurityRequirement] | None = None,
     ) -> None:
         self.interfaces = interfaces
         card = pb.AgentCard(
@@ -63,6 +65,9 @@ class CardBuilder:
         card.default_output_modes.extend(output_modes or getattr(agent, "output_modes", None) or ["text/plain"])
         for skill in skills if skills is not None else getattr(agent, "skills", []) or []:
             card.skills.append(skill_from(skill))
+        for scheme_name, scheme in (security_schemes or {}).items():  # service.auth: the enabled schemes
+            card.security_schemes[scheme_name].CopyFrom(scheme)
+        card.security_requirements.extend(security_requirements or [])
         self._base = card
         self._extended_enabled = extended_card
         self._extended_skills = [skill_from(s) for s in extended_skills] if extended_skills else None

@@ -72,6 +72,26 @@ class Settings:
     sse_keepalive_seconds: float = 15.0  # comment line sent on idle event streams
     drain_seconds: float = 5.0
     log_level: str = "INFO"
+    # authentication and TLS (validated in service/auth/settings.py; README "Security").
+    # Secrets come from the config file, the environment or a *_file; there are no flags for them.
+    auth_bearer_tokens: list[str] = field(default_factory=list, repr=False)  # NAME=TOKEN entries
+    auth_bearer_tokens_file: str = ""  # one NAME=TOKEN per line
+    auth_basic_users: list[str] = field(default_factory=list, repr=False)  # USER:PASSWORD entries
+    auth_basic_users_file: str = ""  # one USER:PASSWORD per line
+    auth_api_keys: list[str] = field(default_factory=list, repr=False)  # NAME=KEY entries
+    auth_api_keys_file: str = ""  # one NAME=KEY per line
+    auth_api_key_header: str = "X-API-Key"
+    auth_jwt_jwks_url: str = ""  # JWKS URL (https, or http on loopback)
+    auth_jwt_jwks_file: str = ""  # or a local JWKS file
+    auth_jwt_oidc_url: str = ""  # OpenID Connect discovery URL: advertised; its jwks_uri is the default JWKS
+    auth_jwt_issuer: str = ""
+    auth_jwt_audience: list[str] = field(default_factory=list)
+    auth_jwt_algorithms: list[str] = field(default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"])
+    auth_jwt_leeway_seconds: float = 30.0
+    auth_jwt_jwks_cache_seconds: float = 300.0
+    tls_cert_file: str = ""  # PEM certificate chain: TLS on the gRPC and HTTP listeners
+    tls_key_file: str = ""  # its PEM private key (unencrypted)
+    tls_client_ca_file: str = ""  # PEM CA(s): client certificates signed by them are required (mTLS)
 
     @property
     def store_url(self) -> str:
@@ -171,3 +191,6 @@ def validate(s: Settings) -> None:
     from service.push.settings import validate_push  # imports this module
 
     validate_push(s)
+    from service.auth.settings import validate_security  # imports this module
+
+    validate_security(s)

@@ -7,7 +7,7 @@ RPC in the contract maps to the A2AApi method of the same name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 from google.protobuf import any_pb2
@@ -22,7 +22,9 @@ from service.errors import A2AError, as_a2a_error, error_details
 log = logging.getLogger("service.grpc")
 
 SERVICE = pb.DESCRIPTOR.services_by_name["A2AService"]
-Authenticator = Callable[[dict[str, str]], str]  # metadata -> principal, or raise
+# metadata -> principal, or raise UnauthenticatedError; it may remove the credentials from
+# the metadata (service.auth.Authenticator does), so they go no further than this check.
+Authenticator = Callable[[dict[str, str]], Awaitable[str]]
 
 
 def error_status(err: A2AError) -> grpc.Status:
@@ -36,9 +38,9 @@ def error_status(err: A2AError) -> grpc.Status:
     return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=err.message, details=details))
 
 
-def call_context(context: grpc.aio.ServicerContext, authenticate: Authenticator | None) -> CallContext:
+async def call_context(context: grpc.aio.ServicerContext, authenticate: Authenticator | None) -> CallContext:
     metadata = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-    principal = authenticate(metadata) if authenticate is not None else ""
+    principal = await authenticate(metadata) if authenticate is not None else ""
     return CallContext(metadata=metadata, principal=principal)
 
 
@@ -47,7 +49,7 @@ def _unary(name: str, api: A2AApi, authenticate: Authenticator | None):
 
     async def method(self, request, context):
         try:
-            return await handler(request, call_context(context, authenticate))
+            return await handler(request, await call_context(context, authenticate))
         except Exception as exc:  # every failure leaves as a typed status
             await context.abort_with_status(error_status(as_a2a_error(exc, name)))
 
@@ -60,7 +62,7 @@ def _streaming(name: str, api: A2AApi, authenticate: Authenticator | None):
 
     async def method(self, request, context):
         try:
-            events = await handler(request, call_context(context, authenticate))
+            events = await handler(request, await call_context(context, authenticate))
             async for event in events:
                 yield event
         except Exception as exc:

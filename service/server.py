@@ -21,6 +21,8 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.agent import load_agent
 from service.api import A2AApi
+from service.auth import Authenticator, TlsFiles
+from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.card import CardBuilder, interface
 from service.config import Settings
 from service.engine import Engine
@@ -55,17 +57,25 @@ class Service:
     http: HttpServer | None = None
     invoker: Invoker | None = None
     push: PushNotifications | None = None
+    auth: Authenticator | None = None  # None: authentication is off
+    tls: TlsFiles | None = None
     serving: bool = False  # what both health checks report
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
         s = self.settings
+        self.auth = authenticator_from(s)  # ConfigError for unusable credentials, before any listener
+        self.tls = tls_from(s)
+        for warning in startup_warnings(s, self.auth, self.tls):
+            log.warning("%s", warning)
         agent = build_agent(s)
         if s.http_port >= 0:
             # Bound first: the agent card must advertise the real port (--http-port 0).
             self.http = HttpServer(s.host, s.http_port)
             self.http_port = self.http.port
         try:
+            if self.auth is not None and self.auth.jwt is not None:
+                await self.auth.jwt.keys.prime()
             if s.upstream:
                 self.cards = self._card_builder(agent)
                 self.invoker = GrpcInvoker(s.upstream, SERVICE)
@@ -89,12 +99,14 @@ class Service:
             invoker=self.invoker, service=SERVICE, card=self.cards.public_card(),
             is_serving=lambda: self.serving, card_max_age=s.card_max_age,
             keepalive_seconds=s.sse_keepalive_seconds,
+            auth=self.auth, forward_credentials=bool(s.upstream),
         )
         level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
-        await self.http.start(app, log_level=level, graceful_seconds=max(1.0, s.drain_seconds))
+        await self.http.start(app, log_level=level, graceful_seconds=max(1.0, s.drain_seconds),
+                              ssl=self.tls.uvicorn_options() if self.tls is not None else None)
         mode = f"proxy to {s.upstream}" if s.upstream else "in-process"
-        log.info("HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s)",
-                 s.host, self.http_port, mode)
+        log.info("HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s%s)",
+                 s.host, self.http_port, mode, _security_note(self.auth, self.tls))
 
     async def _start_core(self, agent: object) -> None:
         """Store, engine, API and the gRPC server (with health and reflection)."""
@@ -118,7 +130,11 @@ class Service:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        self.grpc_port = server.add_insecure_port(f"{s.host}:{s.grpc_port}")
+        address = f"{s.host}:{s.grpc_port}"
+        if self.tls is not None:
+            self.grpc_port = server.add_secure_port(address, self.tls.grpc_credentials())
+        else:
+            self.grpc_port = server.add_insecure_port(address)
         if not self.grpc_port:
             raise OSError(f"cannot listen for gRPC on {s.host}:{s.grpc_port}")
         self.cards = self._card_builder(agent)
@@ -128,7 +144,7 @@ class Service:
             required_extensions=tuple(s.required_extensions),
             push=self.push,
         )
-        a2a_pb2_grpc.add_A2AServiceServicer_to_server(make_servicer(self.api), server)
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(make_servicer(self.api, authenticate=self.auth), server)
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
@@ -139,8 +155,8 @@ class Service:
         await server.start()
         self.grpc_server = server
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
-        log.info("gRPC A2A service listening on %s:%d (store %s, agent %s)",
-                 s.host, self.grpc_port, _safe_store(s.store_url), s.agent)
+        log.info("gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
+                 s.host, self.grpc_port, _safe_store(s.store_url), s.agent, _security_note(self.auth, self.tls))
 
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),
@@ -149,7 +165,8 @@ class Service:
         s = self.settings
         interfaces = []
         if self.http is not None:
-            base = s.public_url.rstrip("/") or f"http://{_url_host(s.host)}:{self.http_port}"
+            scheme = "https" if self.tls is not None else "http"
+            base = s.public_url.rstrip("/") or f"{scheme}://{_url_host(s.host)}:{self.http_port}"
             interfaces += [interface(base, "JSONRPC"), interface(base, "HTTP+JSON")]
         if s.upstream:
             if s.grpc_public_address:
@@ -161,6 +178,7 @@ class Service:
     def _card_builder(self, agent: object) -> CardBuilder:
         s = self.settings
         interfaces = self._interfaces()
+        security = advertised(self.auth, self.tls)
         provider = None
         if s.provider_organization:
             provider = {"organization": s.provider_organization, "url": s.provider_url}
@@ -170,7 +188,10 @@ class Service:
             documentation_url=s.documentation_url, skills=s.skills,
             input_modes=s.input_modes, output_modes=s.output_modes,
             extensions=[{"uri": u, "required": True} for u in s.required_extensions],
-            extended_card=s.extended_card, extended_skills=s.extended_skills,
+            extended_card=s.extended_card or s.extended_skills is not None,  # configured -> offered
+            extended_skills=s.extended_skills,
+            security_schemes=security.security_schemes() if security is not None else None,
+            security_requirements=security.security_requirements() if security is not None else None,
         )
 
     async def _set_health(self, status: int) -> None:
@@ -207,6 +228,12 @@ class Service:
         if self.store is not None:
             await self.store.close()
         log.info("stopped")
+
+
+def _security_note(auth: Authenticator | None, tls: TlsFiles | None) -> str:
+    schemes = ", ".join(auth.security_schemes()) if auth is not None else "off"
+    transport = ("mTLS" if tls.mutual else "TLS") if tls is not None else "plaintext"
+    return f"; auth {schemes}; {transport}"
 
 
 def _url_host(host: str) -> str:

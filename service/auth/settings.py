@@ -1,0 +1,159 @@
+"""From the `auth_*` and `tls_*` settings to an `Authenticator` and `TlsFiles`.
+
+`validate_security` runs with the rest of the config validation, so a bad entry
+stops startup with a message naming the key (never the secret). The composition
+root calls `authenticator_from` and `tls_from` to build what it wires in, and
+`startup_warnings` for what an operator should hear about at startup.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from service.auth.credentials import (
+    MIN_PASSWORD_CHARS,
+    MIN_TOKEN_CHARS,
+    CredentialError,
+    SecretTable,
+    load_pairs,
+)
+from service.auth.jwt_bearer import (
+    SUPPORTED_ALGORITHMS,
+    JwksError,
+    JwtVerifier,
+    KeySet,
+    check_fetch_url,
+    read_json,
+    signing_keys,
+)
+from service.auth.schemes import Authenticator
+from service.auth.tls import TlsFiles, tls_files
+from service.config import ConfigError, Settings
+
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_RESERVED_HEADERS = frozenset({
+    "authorization", "a2a-version", "a2a-extensions", "content-type", "content-length", "host",
+    "te", "connection", "user-agent", "last-event-id", "accept", "cookie",
+})
+MAX_LEEWAY_SECONDS = 600.0
+
+
+def _api_key_header(s: Settings) -> str:
+    name = s.auth_api_key_header.strip()
+    lower = name.lower()
+    if (not _HEADER_NAME.fullmatch(name) or lower in _RESERVED_HEADERS or lower.startswith("grpc-")
+            or lower.endswith("-bin")):
+        raise ConfigError(
+            f"auth_api_key_header: {name!r} cannot carry an API key; use a header name of letters, digits "
+            "and '-' that is not a standard or gRPC header (e.g. X-API-Key)"
+        )
+    return name
+
+
+def _jwt(s: Settings) -> JwtVerifier | None:
+    if not (s.auth_jwt_jwks_url or s.auth_jwt_jwks_file or s.auth_jwt_oidc_url):
+        return None
+    if s.auth_jwt_jwks_url and s.auth_jwt_jwks_file:
+        raise ConfigError("auth_jwt_jwks_url / auth_jwt_jwks_file: set one of them, not both")
+    for key in ("auth_jwt_jwks_url", "auth_jwt_oidc_url"):
+        url = getattr(s, key)
+        problem = check_fetch_url(url, key) if url else None
+        if problem:
+            raise ConfigError(problem)
+    if not s.auth_jwt_issuer:
+        raise ConfigError("auth_jwt_issuer: JWT authentication needs the expected issuer (the tokens' iss)")
+    if not s.auth_jwt_audience:
+        raise ConfigError("auth_jwt_audience: JWT authentication needs the expected audience (the tokens' aud)")
+    bad = [a for a in s.auth_jwt_algorithms if a not in SUPPORTED_ALGORITHMS]
+    if bad or not s.auth_jwt_algorithms:
+        raise ConfigError(
+            f"auth_jwt_algorithms: {', '.join(bad) or 'empty'} not allowed; choose from "
+            f"{', '.join(SUPPORTED_ALGORITHMS)} (asymmetric only: a JWKS publishes public keys)"
+        )
+    if not 0 <= s.auth_jwt_leeway_seconds <= MAX_LEEWAY_SECONDS:
+        raise ConfigError(f"auth_jwt_leeway_seconds: must be between 0 and {MAX_LEEWAY_SECONDS:g}")
+    if s.auth_jwt_jwks_cache_seconds <= 0:
+        raise ConfigError("auth_jwt_jwks_cache_seconds: must be positive (seconds a fetched key set is reused)")
+    if s.auth_jwt_jwks_file:
+        try:
+            signing_keys(read_json(s.auth_jwt_jwks_file), s.auth_jwt_jwks_file)
+        except JwksError as exc:
+            raise ConfigError(f"auth_jwt_jwks_file: {exc}") from None
+    keys = KeySet(file=s.auth_jwt_jwks_file, url=s.auth_jwt_jwks_url, discovery_url=s.auth_jwt_oidc_url,
+                  cache_seconds=s.auth_jwt_jwks_cache_seconds)
+    return JwtVerifier(keys, issuer=s.auth_jwt_issuer, audience=s.auth_jwt_audience,
+                       algorithms=s.auth_jwt_algorithms, leeway_seconds=s.auth_jwt_leeway_seconds)
+
+
+def authenticator_from(s: Settings) -> Authenticator | None:
+    """The configured authenticator, or None when authentication is off (nothing configured)."""
+    try:
+        bearer = load_pairs(s.auth_bearer_tokens, s.auth_bearer_tokens_file, key="auth_bearer_tokens",
+                            sep="=", what="token", min_chars=MIN_TOKEN_CHARS)
+        basic = load_pairs(s.auth_basic_users, s.auth_basic_users_file, key="auth_basic_users",
+                           sep=":", what="password", min_chars=MIN_PASSWORD_CHARS, allow_spaces=True)
+        api_keys = load_pairs(s.auth_api_keys, s.auth_api_keys_file, key="auth_api_keys",
+                              sep="=", what="key", min_chars=MIN_TOKEN_CHARS)
+    except CredentialError as exc:
+        raise ConfigError(str(exc)) from None
+    auth = Authenticator(
+        bearer_tokens=SecretTable.of(bearer),
+        basic_users=SecretTable.of([(user, f"{user}:{password}") for user, password in basic]),
+        api_keys=SecretTable.of(api_keys),
+        api_key_header=_api_key_header(s),
+        jwt=_jwt(s),
+        oidc_url=s.auth_jwt_oidc_url,
+        mtls=bool(s.tls_client_ca_file),
+    )
+    return auth if auth.enabled else None
+
+
+def tls_from(s: Settings) -> TlsFiles | None:
+    try:
+        tls = tls_files(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file)
+        if tls is not None:
+            tls.check()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return tls
+
+
+def advertised(auth: Authenticator | None, tls: TlsFiles | None) -> Authenticator | None:
+    """What the card declares: the authenticator, or only mTLS when that is all there is."""
+    if auth is None and tls is not None and tls.mutual:
+        return Authenticator(mtls=True)
+    return auth
+
+
+def validate_security(s: Settings) -> None:
+    authenticator_from(s)
+    tls_from(s)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # '' and 0.0.0.0 / :: (all interfaces) included
+
+
+def startup_warnings(s: Settings, auth: Authenticator | None, tls: TlsFiles | None) -> list[str]:
+    if is_loopback(s.host):
+        return []
+    where = f"{s.host or 'all interfaces'}"
+    if auth is None:
+        extra = " The extended agent card is served to anyone too." if s.extended_card else ""
+        return [
+            f"AUTHENTICATION IS OFF and the service listens on {where}: anyone who can reach it can send "
+            "messages to the agent and read every task." + extra + " Configure auth_bearer_tokens, "
+            "auth_basic_users, auth_api_keys or auth_jwt_* (README, Security), or listen on 127.0.0.1."
+        ]
+    if tls is None:
+        return [
+            f"TLS is off and the service listens on {where}: credentials and task data travel unencrypted. "
+            "Set tls_cert_file and tls_key_file, or terminate TLS in front of the service."
+        ]
+    return []
