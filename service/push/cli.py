@@ -46,8 +46,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         return asyncio.run(_run(args, settings))
-    except (OSError, ConnectionError) as exc:
-        print(f"push-dead: {exc}", file=sys.stderr)
+    except Exception as exc:  # Redis unreachable, unreadable directory, ...: one clear line
+        print(f"push-dead: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
 
