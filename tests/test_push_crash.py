@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 
 import grpc
 import pytest
@@ -33,10 +32,9 @@ async def queue_env(request):
     if request.param == "local-file":
         yield {"A2A_PUSH_QUEUE": "local-file"}
         return
-    await redis_or_skip()
+    url = await redis_or_skip()
     prefix = unique_prefix()
-    yield {"A2A_PUSH_QUEUE": "redis-streams", "A2A_PUSH_REDIS_PREFIX": prefix,
-           "A2A_PUSH_REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")}
+    yield {"A2A_PUSH_QUEUE": "redis-streams", "A2A_PUSH_REDIS_PREFIX": prefix, "A2A_PUSH_REDIS_URL": url}
     await delete_prefix(prefix)
 
 

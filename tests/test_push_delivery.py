@@ -38,9 +38,9 @@ async def queue_settings(request):
     if request.param == "local-file":
         yield {"push_queue": "local-file"}
         return
-    await redis_or_skip()
+    url = await redis_or_skip()
     prefix = unique_prefix()
-    yield {"push_queue": "redis-streams", "push_redis_prefix": prefix}
+    yield {"push_queue": "redis-streams", "push_redis_url": url, "push_redis_prefix": prefix}
     await delete_prefix(prefix)
 
 
