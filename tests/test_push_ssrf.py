@@ -13,7 +13,7 @@ from service.push.ssrf import CallbackPolicy, CallbackRefused, CallbackUnresolva
 from service.push.transport import CallbackClient
 from tests.conftest import user_message
 from tests.grpc_util import error_details, expect_error
-from tests.push_util import Receiver
+from tests.push_util import Receiver, eventually
 
 # A test-local resolver: what these names "resolve" to.
 DNS = {
@@ -218,3 +218,31 @@ async def test_header_injection_in_secrets_is_refused(stub, field, config):
     err = await expect_error(stub.CreateTaskPushNotificationConfig(config),
                              grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
     assert error_details(err)[1][0][0] == field
+
+
+async def test_delivery_checks_again_and_refuses_a_name_that_now_resolves_privately(start_service):
+    service = await start_service(store="memory:", agent="tests.agents:ScriptedAgent")
+    service.push.policy.resolver = fake_resolver
+    DNS["flip.example.com"] = ["93.184.216.34"]
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            task = (await stub.SendMessage(pb.SendMessageRequest(message=user_message("input more")))).task
+            await stub.CreateTaskPushNotificationConfig(pb.TaskPushNotificationConfig(
+                task_id=task.id, id="flip", url="http://flip.example.com/hook"))
+            DNS["flip.example.com"] = ["10.0.0.1"]  # the answer changed after the check
+            await stub.SendMessage(pb.SendMessageRequest(message=user_message("ok", task_id=task.id)))
+
+            async def dead() -> list:
+                return await service.push.queue.list_dead()
+
+            await eventually(lambda: _count(dead(), 2), what="dead letters")
+            for entry in await dead():
+                assert "callback URL refused" in entry.error and "10.0.0.1" in entry.error
+                assert entry.job.attempts == 0  # not retried
+    finally:
+        DNS.pop("flip.example.com", None)
+
+
+async def _count(coro, n: int) -> bool:
+    return len(await coro) >= n
