@@ -239,3 +239,22 @@ async def test_jobs_survive_reopen_after_clean_close(backend):
     await q.close()  # stops mid-delivery
     again = await backend.make()
     assert [j.seq for j in await drain(again)] == [1, 2]
+
+
+async def test_local_file_a_lost_cursor_move_falls_back_to_its_durable_start(tmp_path):
+    """Cursor moves are not fsync'ed; losing one (power failure) may repeat jobs, never skip any."""
+    q = FileQueue(tmp_path / "push-queue")
+    await q.open()
+    key = (*TASK_A, "c1")
+    await q.start_cursor(key, 2)
+    assert await q.enqueue(jobs(TASK_A, "c1", [3, 4]), CursorMove(key, 2, 4))
+    q.abandon()
+    for moved in (tmp_path / "push-queue" / "cursors").glob("*.seq"):
+        moved.write_text("")  # the move did not reach the disk
+    again = FileQueue(tmp_path / "push-queue")
+    await again.open()
+    try:
+        assert await again.cursors(TASK_A) == {"c1": 2}
+        assert [j.seq for j in await drain(again)] == [3, 4]  # the jobs themselves were durable
+    finally:
+        await again.close()

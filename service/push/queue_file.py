@@ -16,9 +16,11 @@ one fsync per touched directory per batch, like a database's group commit). An
 in-memory index (lanes sorted by sequence, a heap of ready lanes) answers leases;
 the files are the truth and rebuild it. One process owns the directory (flock).
 
-Cursor moves are written without fsync: jobs are durable before their cursor
-moves, so a cursor lost to power failure only makes the dispatcher enqueue the
-same jobs again (same file names; at least once, never lost).
+A cursor is two files: NAME.json (its key and starting point, fsync'ed when the
+config is stored) and NAME.seq (how far it moved). Moves are written without fsync:
+jobs are durable before their cursor moves, so a move lost to power failure only
+makes the dispatcher enqueue the same jobs again (same file names; at least once,
+never lost).
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def _fsync_dir(path: pathlib.Path) -> None:
 
 
 def _cursor_name(key: CursorKey) -> str:
-    return hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:40] + ".json"
+    """NAME.json: the key and where the cursor started (durable); NAME.seq: where it moved."""
+    return hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:40]
 
 
 def _sort_key(job: Job) -> tuple[int, str]:
@@ -136,6 +139,7 @@ class FileQueue:
             self.root / d for d in DIRS
         )
         self._lanes: dict[str, list[Job]] = {}  # pending jobs per lane, head first
+        self._pending_ids: set[str] = set()
         self._busy: dict[str, str] = {}  # lane -> token of its lease
         self._leases: dict[str, tuple[Lease, float]] = {}  # token -> (lease, deadline)
         self._ready: list[tuple[float, int, str]] = []  # (head due_at, tie, lane); stale entries skipped
@@ -231,14 +235,20 @@ class FileQueue:
                 (self.root / "corrupt").mkdir(exist_ok=True)
                 os.replace(path, self.root / "corrupt" / path.name)
         cursors: dict[TaskKey, dict[str, int]] = {}
-        for path in self.cursor_dir.iterdir():
+        for path in self.cursor_dir.glob("*.json"):
             try:
                 data = json.loads(path.read_bytes())
                 tenant, owner, task_id, config_id = data["key"]
-                cursors.setdefault((tenant, owner, task_id), {})[config_id] = int(data["seq"])
+                seq = int(data["seq"])
             except (ValueError, KeyError, TypeError):
-                log.error("unreadable push cursor %s; removed (its task's events are not re-sent)", path)
+                log.error("unreadable push cursor %s; removed", path)
                 path.unlink()
+                continue
+            try:
+                seq = max(seq, int(path.with_suffix(".seq").read_text()))
+            except (OSError, ValueError):
+                pass  # never moved, or the move was lost: from the start again (at least once)
+            cursors.setdefault((tenant, owner, task_id), {})[config_id] = seq
         return jobs, cursors
 
     async def close(self) -> None:
@@ -267,12 +277,12 @@ class FileQueue:
     def _insert(self, job: Job) -> None:
         lane = job.lane
         jobs = self._lanes.setdefault(lane, [])
-        for i, other in enumerate(jobs):
-            if other.id == job.id:
-                del jobs[i]
-                break
+        if job.id in self._pending_ids:  # the same job again (re-enqueued after a crash)
+            jobs[:] = [other for other in jobs if other.id != job.id]
+        self._pending_ids.add(job.id)
         bisect.insort(jobs, job, key=_sort_key)
-        self._mark_ready(lane)
+        if jobs[0] is job:  # a new head: the lane's readiness changed
+            self._mark_ready(lane)
 
     def _mark_ready(self, lane: str) -> None:
         jobs = self._lanes.get(lane)
@@ -331,8 +341,8 @@ class FileQueue:
         if jobs:
             self._write(dirs, [(self.pending, job.id, job.to_json()) for job in jobs])
         if cursor is not None:
-            body = json.dumps({"key": list(cursor.key), "seq": cursor.new})
-            self._write(dirs, [(self.cursor_dir, _cursor_name(cursor.key), body)], durable=False)
+            name = _cursor_name(cursor.key) + ".seq"
+            self._write(dirs, [(self.cursor_dir, name, str(cursor.new))], durable=False)
 
     async def lease(self, limit: int) -> list[Lease]:
         now = time.time()
@@ -346,6 +356,7 @@ class FileQueue:
             if lane in self._busy or not jobs or jobs[0].due_at != due:
                 continue  # stale entry
             job = jobs.pop(0)
+            self._pending_ids.discard(job.id)
             if not jobs:
                 del self._lanes[lane]
             try:
@@ -486,7 +497,7 @@ class FileQueue:
             return
         found[key[3]] = seq
         body = json.dumps({"key": list(key), "seq": seq})
-        await self._run(self._write, [(self.cursor_dir, _cursor_name(key), body)])
+        await self._run(self._write, [(self.cursor_dir, _cursor_name(key) + ".json", body)])
 
     async def drop_cursor(self, key: CursorKey) -> None:
         found = self._cursors.get(key[:3])
@@ -494,4 +505,5 @@ class FileQueue:
             return
         if not found:
             del self._cursors[key[:3]]
-        await self._run(self._unlink, self.cursor_dir / _cursor_name(key))
+        await self._run(self._unlink, self.cursor_dir / (_cursor_name(key) + ".seq"))
+        await self._run(self._unlink, self.cursor_dir / (_cursor_name(key) + ".json"))
