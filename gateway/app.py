@@ -3,6 +3,7 @@
     POST /                              JSON-RPC 2.0 (jsonrpc.py)
     GET  /.well-known/agent-card.json   the public agent card (card.py)
     GET  /health                        {"status": "healthy"}; 503 while draining
+    GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
 With authentication configured, JSON-RPC and REST sit behind the guard of auth.py
@@ -24,10 +25,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.auth import HttpAuth
-from gateway.body import json_response
+from gateway.body import MAX_BODY_BYTES, json_response
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.invoker import Invoker
 from gateway.jsonrpc import JsonRpcEndpoint
+from gateway.jwks import JwksEndpoint
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
 
@@ -51,13 +53,18 @@ def build_app(
     is_serving: Callable[[], bool],
     card_max_age: int = 60,
     keepalive_seconds: float = 15.0,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    jwks: dict | None = None,
+    jwks_path: str = "",
     auth: Authenticator | None = None,
     forward_credentials: bool = False,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again)."""
-    jsonrpc = JsonRpcEndpoint(invoker, service, keepalive_seconds=keepalive_seconds)
-    rest = RestEndpoint(invoker, service, keepalive_seconds=keepalive_seconds)
+    jsonrpc = JsonRpcEndpoint(invoker, service, keepalive_seconds=keepalive_seconds,
+                              max_body_bytes=max_body_bytes)
+    rest = RestEndpoint(invoker, service, keepalive_seconds=keepalive_seconds,
+                        max_body_bytes=max_body_bytes)
     jsonrpc_handle, rest_handle = jsonrpc.handle, rest.handle
     if auth is not None:
         guard = HttpAuth(auth, forward_credentials=forward_credentials).guard
@@ -68,4 +75,6 @@ def build_app(
         Route("/health", health_endpoint(is_serving), methods=["GET", "HEAD"]),
         Route("/{path:path}", rest_handle, methods=ALL_METHODS),
     ]
+    if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all
+        routes.insert(-1, Route(jwks_path, JwksEndpoint(jwks, card_max_age).handle, methods=ALL_METHODS))
     return Starlette(routes=routes)

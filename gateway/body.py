@@ -22,7 +22,7 @@ from gateway.transcode import dumps
 JSON_MEDIA_TYPE = "application/json"
 A2A_MEDIA_TYPE = "application/a2a+json"
 ACCEPTED_MEDIA_TYPES = frozenset({JSON_MEDIA_TYPE, A2A_MEDIA_TYPE})
-MAX_BODY_BYTES = 16 * 1024 * 1024  # same limit as the gRPC server's messages
+MAX_BODY_BYTES = 16 * 1024 * 1024  # default of max_request_bytes (the gRPC limit too)
 
 
 def check_content_type(content_type: str | None) -> None:
@@ -40,25 +40,25 @@ def check_content_type(content_type: str | None) -> None:
             raise UnsupportedMediaTypeError(f"charset {value.strip()!r} is not supported; send UTF-8 JSON.")
 
 
-async def read_body(request: Request) -> bytes:
-    """The raw body, bounded by MAX_BODY_BYTES."""
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The raw body, bounded by `limit` bytes (the max_request_bytes setting)."""
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise PayloadTooLargeError(f"The request body exceeds {MAX_BODY_BYTES} bytes.")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise PayloadTooLargeError(f"The request body exceeds {limit} bytes.")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise PayloadTooLargeError(f"The request body exceeds {MAX_BODY_BYTES} bytes.")
+        if size > limit:
+            raise PayloadTooLargeError(f"The request body exceeds {limit} bytes.")
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-async def read_json_body(request: Request) -> bytes:
+async def read_json_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The body of a request that must be JSON: the content type is checked first."""
     check_content_type(request.headers.get("content-type"))
-    return await read_body(request)
+    return await read_body(request, limit)
 
 
 def rest_media_type(accept: str | None) -> str:

@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import JSON_MEDIA_TYPE, read_json_body
+from gateway.body import JSON_MEDIA_TYPE, MAX_BODY_BYTES, read_json_body
 from gateway.errors import MethodNotAllowedError, http_headers, jsonrpc_error_body
 from gateway.invoker import Invoker
 from gateway.params import PRINCIPAL_KEY, call_context
@@ -84,10 +84,12 @@ class JsonRpcEndpoint:
         service: ServiceDescriptor,
         *,
         keepalive_seconds: float,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.invoker = invoker
         self.methods = method_table(service)
         self.keepalive_seconds = keepalive_seconds
+        self.max_body_bytes = max_body_bytes
 
     def _error(self, err: A2AError, rid: Any) -> Response:
         status = err.http_status if err.http_status in _KEEP_HTTP_STATUS else 200
@@ -100,7 +102,7 @@ class JsonRpcEndpoint:
         try:
             if request.method != "POST":
                 raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
-            doc = parse_json_body(await read_json_body(request))
+            doc = parse_json_body(await read_json_body(request, self.max_body_bytes))
             if isinstance(doc, dict):
                 rid = _request_id(doc)
             rid, name, params = _check_envelope(doc)

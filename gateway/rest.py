@@ -16,7 +16,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import A2A_MEDIA_TYPE, read_json_body, rest_media_type
+from gateway.body import A2A_MEDIA_TYPE, MAX_BODY_BYTES, read_json_body, rest_media_type
 from gateway.errors import MethodNotAllowedError, http_headers, rest_error_body
 from gateway.invoker import Invoker
 from gateway.params import PRINCIPAL_KEY, call_context
@@ -53,6 +53,7 @@ class RestEndpoint:
         service: ServiceDescriptor,
         *,
         keepalive_seconds: float,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.invoker = invoker
         self.router = build_router(service)
@@ -60,6 +61,7 @@ class RestEndpoint:
             m.name: message_factory.GetMessageClass(m.input_type) for m in service.methods
         }
         self.keepalive_seconds = keepalive_seconds
+        self.max_body_bytes = max_body_bytes
 
     async def handle(self, request: Request) -> Response:
         media_type = A2A_MEDIA_TYPE
@@ -81,7 +83,7 @@ class RestEndpoint:
             name = route.method.name
             body = None
             if route.body:
-                raw = await read_json_body(request)
+                raw = await read_json_body(request, self.max_body_bytes)
                 if raw.strip():
                     body = parse_json_body(raw)
             message = build_request(

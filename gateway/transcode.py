@@ -86,6 +86,8 @@ def parse_json_body(raw: bytes) -> Any:
         return json.loads(raw)
     except UnicodeDecodeError:
         raise JSONParseError("The request body is not valid UTF-8 JSON.") from None
+    except RecursionError:
+        raise JSONParseError("The request body is nested too deeply.") from None
     except json.JSONDecodeError as exc:
         raise JSONParseError(
             f"The request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."

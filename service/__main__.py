@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from service import config
+from service import card_cli, config
 from service.push import cli as push_cli
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--push-notifications", choices=("true", "false"), help="enable push notification configs (default false)")
     serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     push_cli.add_parser(sub)
+    card_cli.add_parser(sub)
     return parser
 
 
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command_name == "push-dead":
         return push_cli.main(args)
+    if args.command_name == "card":
+        return card_cli.main(args)
     flags = {k: v for k, v in vars(args).items() if k not in ("command_name", "config")}
     try:
         settings = config.load(args.config, flags=flags)

@@ -27,6 +27,7 @@ from service.errors import (
     VersionNotSupportedError,
     invalid_field,
 )
+from service.inputs import InputPolicy
 from service.store import Scope
 from service.validation import check_history_length, check_id, check_message, check_required
 
@@ -88,12 +89,14 @@ class A2AApi:
         push_notifications: bool = False,
         required_extensions: tuple[str, ...] = (),
         push: PushHooks | None = None,
+        inputs: InputPolicy | None = None,
     ) -> None:
         self.engine = engine
         self.cards = cards
         self.push_notifications = push_notifications
         self.required_extensions = required_extensions
         self.push = push  # None: configs are only stored (no delivery, no SSRF check)
+        self.inputs = inputs  # None: no limits, media type or workspace checks (service.inputs)
 
     # ---- shared checks -----------------------------------------------------
 
@@ -129,6 +132,7 @@ class A2AApi:
         scope = self._admit(call, request)
         message = request.message
         check_message(message)
+        admitted = await self.inputs.check(scope, message) if self.inputs is not None else None
         config = request.configuration
         history = check_history_length(config, "configuration.historyLength")
         push = config.task_push_notification_config if config.HasField("task_push_notification_config") else None
@@ -139,6 +143,8 @@ class A2AApi:
             await self._check_push_config(push, "configuration.taskPushNotificationConfig", need_task=False)
             if follow_up:  # an existing task's config: the events of this turn on
                 after_seq = await self.engine.store.last_seq(scope, message.task_id)
+        if admitted is not None:
+            admitted.bind()  # the context keeps this workspace
         turn = await self.engine.send(
             scope, message, self._caller(call, scope),
             return_immediately=config.return_immediately and not stream, stream=stream,

@@ -72,6 +72,22 @@ class Settings:
     sse_keepalive_seconds: float = 15.0  # comment line sent on idle event streams
     drain_seconds: float = 5.0
     log_level: str = "INFO"
+    # input limits and workspaces (validated in service/inputs.py; README "Input validation")
+    max_request_bytes: int = 16 * 1024 * 1024  # whole request: gRPC max receive size, HTTP body limit
+    input_max_parts: int = 100
+    input_max_text_bytes: int = 1024 * 1024  # inline text-like parts; text-like file:// files
+    input_max_binary_bytes: int = 5 * 1024 * 1024  # inline raw/data parts of other media types
+    input_max_file_bytes: int = 25 * 1024 * 1024  # file:// files of other media types
+    input_text_media_types: list[str] = field(default_factory=list)  # more types to treat as text
+    input_allow_remote_urls: bool = False  # accept http(s) URL parts (never fetched by the service)
+    workspace_roots: list[str] = field(default_factory=list)  # default: working dir and temp dir
+    # agent card signing (validated in service/signing.py; README "Agent card signing")
+    card_signing_key_files: list[str] = field(default_factory=list)  # [KID=]PEM file; the first signs
+    card_signing_secret: str = field(default="", repr=False)  # HS256 secret (file or env only)
+    card_signing_secret_file: str = ""  # or a file holding it
+    card_signing_secret_kid: str = ""  # default "hs256"
+    card_signing_jku: str = ""  # jku header: "" = the served JWKS URL, "none", or a URL
+    card_jwks_path: str = "/.well-known/jwks.json"  # where the public keys are served ("" = not)
     # authentication and TLS (validated in service/auth/settings.py; README "Security").
     # Secrets come from the config file, the environment or a *_file; there are no flags for them.
     auth_bearer_tokens: list[str] = field(default_factory=list, repr=False)  # NAME=TOKEN entries
@@ -191,6 +207,11 @@ def validate(s: Settings) -> None:
     from service.push.settings import validate_push  # imports this module
 
     validate_push(s)
+    from service.inputs import validate_inputs
+    from service.signing import validate_signing
+
+    validate_inputs(s)
+    validate_signing(s)
     from service.auth.settings import validate_security  # imports this module
 
     validate_security(s)

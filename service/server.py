@@ -18,7 +18,6 @@ from gateway.app import build_app
 from gateway.invoker import GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
 from gen import a2a_pb2 as pb
-from gen import a2a_pb2_grpc
 from service.agent import load_agent
 from service.api import A2AApi
 from service.auth import Authenticator, TlsFiles
@@ -26,8 +25,11 @@ from service.auth.settings import advertised, authenticator_from, startup_warnin
 from service.card import CardBuilder, interface
 from service.config import Settings
 from service.engine import Engine
+from service.grpc_handlers import add_servicer
 from service.grpc_servicer import SERVICE, make_servicer
+from service.inputs import policy_from_settings
 from service.push import PushNotifications
+from service.signing import CardSigner, SignedCards, signer_from_settings
 from service.store import TaskStore, open_store
 
 log = logging.getLogger("service")
@@ -57,6 +59,7 @@ class Service:
     http: HttpServer | None = None
     invoker: Invoker | None = None
     push: PushNotifications | None = None
+    signer: CardSigner | None = None  # None: cards are not signed
     auth: Authenticator | None = None  # None: authentication is off
     tls: TlsFiles | None = None
     serving: bool = False  # what both health checks report
@@ -77,7 +80,7 @@ class Service:
             if self.auth is not None and self.auth.jwt is not None:
                 await self.auth.jwt.keys.prime()
             if s.upstream:
-                self.cards = self._card_builder(agent)
+                self.cards = self._cards(agent)
                 self.invoker = GrpcInvoker(s.upstream, SERVICE)
             else:
                 await self._start_core(agent)
@@ -99,6 +102,9 @@ class Service:
             invoker=self.invoker, service=SERVICE, card=self.cards.public_card(),
             is_serving=lambda: self.serving, card_max_age=s.card_max_age,
             keepalive_seconds=s.sse_keepalive_seconds,
+            max_body_bytes=s.max_request_bytes,
+            jwks=self.signer.jwks() if self.signer is not None and self.signer.keys and s.card_jwks_path else None,
+            jwks_path=s.card_jwks_path,
             auth=self.auth, forward_credentials=bool(s.upstream),
         )
         level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
@@ -125,7 +131,7 @@ class Service:
 
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", s.max_request_bytes),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
             ]
@@ -137,14 +143,15 @@ class Service:
             self.grpc_port = server.add_insecure_port(address)
         if not self.grpc_port:
             raise OSError(f"cannot listen for gRPC on {s.host}:{s.grpc_port}")
-        self.cards = self._card_builder(agent)
+        self.cards = self._cards(agent)
         self.api = A2AApi(
             self.engine, self.cards,
             push_notifications=s.push_notifications,
             required_extensions=tuple(s.required_extensions),
             push=self.push,
+            inputs=policy_from_settings(s, self.cards.public_card(), self.engine),
         )
-        a2a_pb2_grpc.add_A2AServiceServicer_to_server(make_servicer(self.api, authenticate=self.auth), server)
+        add_servicer(make_servicer(self.api, authenticate=self.auth), server)
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
@@ -174,6 +181,13 @@ class Service:
         else:
             interfaces.append(interface(s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}", "GRPC"))
         return interfaces
+
+    def _cards(self, agent: object) -> CardBuilder:
+        """The card builder; with card signing configured, its cards come out signed."""
+        builder = self._card_builder(agent)
+        base = next((i.url for i in self._interfaces() if i.protocol_binding == "JSONRPC"), "")
+        self.signer = signer_from_settings(self.settings, base if self.http is not None else "")
+        return builder if self.signer is None else SignedCards(builder, self.signer)  # type: ignore[return-value]
 
     def _card_builder(self, agent: object) -> CardBuilder:
         s = self.settings

@@ -2,8 +2,10 @@
 
 stdin is the message text; stdout becomes one artifact, chunk by chunk; exit
 status 0 completes the task, anything else fails it with the tail of stderr.
-Cancellation sends SIGTERM, then SIGKILL after a grace period. Each context
-gets its own working directory, kept across turns.
+Cancellation sends SIGTERM, then SIGKILL after a grace period. The program runs
+in the message's working directory (metadata a2a_service.cwd, checked by
+service.workspace) when it names one; otherwise each context gets its own
+directory under the data directory, kept across turns.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import signal
 from collections.abc import Sequence
 
 from service.agent import TurnContext
+from service.workspace import cwd_of
 
 CHUNK_BYTES = 64 * 1024
 STDERR_TAIL = 2000
@@ -56,7 +59,7 @@ class CommandAgent:
     async def run(self, ctx: TurnContext) -> None:
         proc = await asyncio.create_subprocess_exec(
             *self.argv,
-            cwd=self.workdir(ctx.context_id),
+            cwd=cwd_of(ctx.metadata) or self.workdir(ctx.context_id),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -1,0 +1,287 @@
+"""Input validation for incoming messages, before any work or storage.
+
+Every binding reaches `A2AApi`, which runs `InputPolicy.check` on each
+SendMessage / SendStreamingMessage message after the generic contract checks:
+
+- the number of parts;
+- inline sizes: `text` parts, and `raw` / `data` parts with a text-like media
+  type, up to `max_text_bytes` (default 1 MiB); `raw` / `data` parts with any
+  other media type up to `max_binary_bytes` (default 5 MiB). `raw` parts with a
+  text-like media type must be valid UTF-8;
+- media types: syntax, and acceptance by the agent's declared input modes
+  (the card's `defaultInputModes` plus every skill's `inputModes`; `*/*` and
+  `type/*` wildcards). Parts without one count as `text/plain` (text),
+  `application/json` (data), `application/octet-stream` (raw) or the type
+  guessed from a URL's file name. A refusal is ContentTypeNotSupportedError
+  naming the type and the accepted ones;
+- `url` parts: `file://` URLs must name existing regular files inside the
+  message's workspace (service.workspace), sized like inline parts but with
+  `max_file_bytes` (default 25 MiB) for binary media; `http(s)://` only when
+  remote URLs are enabled; any other scheme is refused;
+- the message's working directory and its context's workspace (service.workspace).
+
+Errors name the field and the rule, never a local path or the server's setup.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gen import a2a_pb2 as pb
+from service.errors import ContentTypeNotSupportedError, invalid_field
+from service.store import Scope
+from service.workspace import StoreContextLookup, Workspaces, default_roots, set_message_cwd
+
+MiB = 1024 * 1024
+DEFAULT_MAX_PARTS = 100
+DEFAULT_MAX_TEXT_BYTES = 1 * MiB
+DEFAULT_MAX_BINARY_BYTES = 5 * MiB
+DEFAULT_MAX_FILE_BYTES = 25 * MiB
+MAX_URL_CHARS = 8192
+
+_TOKEN = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
+_MEDIA_TYPE = re.compile(rf"({_TOKEN})/({_TOKEN})(\s*;.*)?", re.DOTALL)
+TEXT_LIKE = frozenset({
+    "application/json", "application/x-ndjson", "application/yaml", "application/x-yaml",
+    "application/toml", "application/xml", "application/javascript", "application/ecmascript",
+    "application/x-sh", "application/sql", "application/graphql", "application/x-www-form-urlencoded",
+    "application/csv", "application/x-python",
+})
+TEXT_SUFFIXES = ("+json", "+xml", "+yaml")
+IMPLIED = {"text": "text/plain", "data": "application/json", "raw": "application/octet-stream"}
+
+
+def _size(n: int) -> str:
+    if n >= MiB and n % MiB == 0:
+        return f"{n // MiB} MiB"
+    if n >= MiB:
+        return f"{n / MiB:.1f} MiB"
+    if n >= 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n} bytes"
+
+
+def media_type_of(raw: str, field_name: str) -> str:
+    """`type/subtype` in lower case (parameters dropped), or InvalidParams."""
+    m = _MEDIA_TYPE.fullmatch(raw.strip()) if len(raw) <= 255 else None
+    if m is None:
+        raise invalid_field(field_name, "is not a media type (type/subtype, e.g. text/plain)")
+    return f"{m.group(1)}/{m.group(2)}".lower()
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    max_parts: int = DEFAULT_MAX_PARTS
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+    max_binary_bytes: int = DEFAULT_MAX_BINARY_BYTES
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    text_media_types: frozenset[str] = field(default_factory=frozenset)  # beyond TEXT_LIKE
+    allow_remote_urls: bool = False
+
+
+class InputModes:
+    """The media types an agent accepts, with `*/*` and `type/*` wildcards."""
+
+    def __init__(self, modes: Iterable[str]) -> None:
+        self.declared = list(dict.fromkeys(m.strip() for m in modes if m.strip()))
+        exact: set[str] = set()
+        families: set[str] = set()
+        self.anything = not self.declared
+        for mode in self.declared:
+            kind = mode.split(";", 1)[0].strip().lower()
+            if kind in ("*/*", "*"):
+                self.anything = True
+            elif kind.endswith("/*"):
+                families.add(kind[:-2])
+            else:
+                exact.add(kind)
+        self.exact = frozenset(exact)
+        self.families = frozenset(families)
+
+    def accepts(self, media_type: str) -> bool:
+        return self.anything or media_type in self.exact or media_type.split("/", 1)[0] in self.families
+
+    @classmethod
+    def of_card(cls, card: pb.AgentCard) -> InputModes:
+        modes = list(card.default_input_modes)
+        for skill in card.skills:
+            modes.extend(skill.input_modes)
+        return cls(modes)
+
+
+@dataclass
+class Admitted:
+    """A checked message: `bind()` records its context's workspace just before the turn starts."""
+
+    policy: InputPolicy
+    scope: Scope
+    context_id: str
+    cwd: str | None
+
+    def bind(self) -> None:
+        self.policy.workspaces.bind(self.scope, self.context_id, self.cwd)
+
+
+class InputPolicy:
+    def __init__(self, limits: InputLimits, modes: InputModes, workspaces: Workspaces) -> None:
+        self.limits = limits
+        self.modes = modes
+        self.workspaces = workspaces
+
+    def is_text_like(self, media_type: str) -> bool:
+        return (media_type.startswith("text/") or media_type in TEXT_LIKE
+                or media_type in self.limits.text_media_types or media_type.endswith(TEXT_SUFFIXES))
+
+    async def check(self, scope: Scope, message: pb.Message, prefix: str = "message") -> Admitted:
+        """Refuse what may not enter; on success the message carries its resolved workspace."""
+        limits = self.limits
+        if len(message.parts) > limits.max_parts:
+            raise invalid_field(f"{prefix}.parts", f"has {len(message.parts)} parts; at most {limits.max_parts} are accepted")
+        files: list[tuple[int, str, str]] = []  # (index, path, media type) checked after the workspace
+        for i, part in enumerate(message.parts):
+            where = f"{prefix}.parts[{i}]"
+            kind = part.WhichOneof("content")
+            path = self._check_url(part.url, f"{where}.url") if kind == "url" else None
+            if part.media_type:
+                media = media_type_of(part.media_type, f"{where}.mediaType")
+            elif kind == "url":
+                media = self._guess(part)
+            else:
+                media = IMPLIED.get(kind or "", "application/octet-stream")
+            if not self.modes.accepts(media):
+                raise self._not_accepted(where, media)
+            if kind == "text":
+                self._check_text(part.text, f"{where}.text")
+            elif kind == "raw":
+                self._check_raw(part.raw, media, f"{where}.raw")
+            elif kind == "data":
+                size = part.data.ByteSize()
+                limit = limits.max_text_bytes if self.is_text_like(media) else limits.max_binary_bytes
+                if size > limit:
+                    raise invalid_field(f"{where}.data", f"is about {_size(size)}; inline data parts of "
+                                        f"type {media} may be at most {_size(limit)}")
+            elif path is not None:
+                files.append((i, path, media))
+        context_id, cwd = await self.workspaces.resolve(scope, message)
+        for i, path, media in files:
+            where = f"{prefix}.parts[{i}].url"
+            _, size = self.workspaces.check_file(path, cwd, where)
+            limit = limits.max_text_bytes if self.is_text_like(media) else limits.max_file_bytes
+            if size > limit:
+                raise invalid_field(where, f"names a file of {_size(size)}; files of type {media} "
+                                    f"may be at most {_size(limit)}")
+        if cwd is not None:
+            set_message_cwd(message, cwd)
+        return Admitted(self, scope, context_id, cwd)
+
+    def _check_text(self, text: str, where: str) -> None:
+        limit = self.limits.max_text_bytes
+        # A str of n characters is n..4n bytes of UTF-8: encode only when it matters.
+        if len(text) > limit or (len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit):
+            size = len(text.encode("utf-8", "surrogatepass"))
+            raise invalid_field(where, f"is {_size(size)}; inline text may be at most {_size(limit)}")
+
+    def _check_raw(self, raw: bytes, media: str, where: str) -> None:
+        text_like = self.is_text_like(media)
+        limit = self.limits.max_text_bytes if text_like else self.limits.max_binary_bytes
+        if len(raw) > limit:
+            raise invalid_field(where, f"is {_size(len(raw))}; inline raw parts of type {media} "
+                                f"may be at most {_size(limit)}")
+        if text_like:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise invalid_field(where, f"is not valid UTF-8, as type {media} requires") from None
+
+    def _check_url(self, url: str, where: str) -> str | None:
+        """The local path of a file:// URL (checked later), None for an allowed remote URL."""
+        if len(url) > MAX_URL_CHARS or any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+            raise invalid_field(where, f"must be a URL of at most {MAX_URL_CHARS} printable characters")
+        try:
+            parts = urllib.parse.urlsplit(url)
+        except ValueError:
+            raise invalid_field(where, "is not a valid URL") from None
+        scheme = parts.scheme.lower()
+        if scheme == "file":
+            if parts.netloc not in ("", "localhost"):
+                raise invalid_field(where, "file:// URLs must name a local file (no host)")
+            if parts.query or parts.fragment:
+                raise invalid_field(where, "file:// URLs take no query or fragment")
+            try:
+                return urllib.parse.unquote(parts.path, errors="strict")
+            except UnicodeDecodeError:
+                raise invalid_field(where, "is not a valid URL (bad percent-encoding)") from None
+        if scheme in ("http", "https"):
+            if not self.limits.allow_remote_urls:
+                raise invalid_field(where, "remote URLs are not accepted by this agent; send the "
+                                    "content inline or as a file:// URL inside the workspace")
+            if not parts.hostname:
+                raise invalid_field(where, "has no host")
+            return None
+        raise invalid_field(where, "must be a file:// URL" + (" or an http(s) URL" if self.limits.allow_remote_urls else ""))
+
+    def _guess(self, part: pb.Part) -> str:
+        """A url part's media type from its file name or URL path (octet-stream if unknown)."""
+        name = part.filename
+        if not name and len(part.url) <= MAX_URL_CHARS:
+            try:
+                name = urllib.parse.urlsplit(part.url).path
+            except ValueError:
+                name = ""
+        guessed = mimetypes.guess_type(name, strict=False)[0] if name else None
+        return guessed.lower() if guessed else "application/octet-stream"
+
+    def _not_accepted(self, where: str, media: str) -> ContentTypeNotSupportedError:
+        accepted = ", ".join(self.modes.declared)
+        return ContentTypeNotSupportedError(
+            f"{where}: media type {media} is not accepted by this agent; accepted: {accepted}",
+            metadata={"mediaType": media, "accepted": accepted},
+            field_violations=[(f"{where}.mediaType", f"{media} is not one of the accepted input modes")],
+        )
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def roots_from_settings(s: Any) -> list[str]:
+    return list(s.workspace_roots) or default_roots()
+
+
+def policy_from_settings(s: Any, card: pb.AgentCard, engine: Any = None) -> InputPolicy:
+    """The policy for the configured limits, the card's input modes and the workspace roots;
+    with `engine`, a context's workspace is also found in the task store (after a restart)."""
+    limits = InputLimits(
+        max_parts=s.input_max_parts,
+        max_text_bytes=s.input_max_text_bytes,
+        max_binary_bytes=s.input_max_binary_bytes,
+        max_file_bytes=s.input_max_file_bytes,
+        text_media_types=frozenset(media_type_of(t, "input_text_media_types") for t in s.input_text_media_types),
+        allow_remote_urls=s.input_allow_remote_urls,
+    )
+    lookup = StoreContextLookup(engine) if engine is not None else None
+    return InputPolicy(limits, InputModes.of_card(card), Workspaces(roots_from_settings(s), lookup))
+
+
+def validate_inputs(s: Any) -> None:
+    """Startup checks of max_request_bytes, input_* and workspace_roots (ConfigError on failure)."""
+    from service.config import ConfigError  # imports this module's users
+
+    if not 64 * 1024 <= s.max_request_bytes <= 2**31 - 1:
+        raise ConfigError(f"max_request_bytes: must be between 65536 and {2**31 - 1} (got {s.max_request_bytes})")
+    for key in ("input_max_parts", "input_max_text_bytes", "input_max_binary_bytes", "input_max_file_bytes"):
+        if getattr(s, key) < 1:
+            raise ConfigError(f"{key}: must be at least 1 (got {getattr(s, key)})")
+    for value in s.input_text_media_types:
+        try:
+            media_type_of(value, "input_text_media_types")
+        except Exception:
+            raise ConfigError(f"input_text_media_types: {value!r} is not a media type like text/x-log") from None
+    for root in s.workspace_roots:
+        if not os.path.isdir(root):
+            raise ConfigError(f"workspace_roots: {root!r} is not an existing directory")

@@ -1,0 +1,221 @@
+"""Workspaces: where a message may point on the server's disk.
+
+A message may name its working directory in its metadata, under this service's
+own namespace: `metadata["a2a_service"]["cwd"]`. It must be an existing
+absolute directory inside one of the allowed workspace roots (by default the
+server's working directory and the system temp directory), checked after
+resolving symlinks. A context keeps the workspace of its first accepted
+message: a later message in the same context that names another one is
+refused; one that names none inherits it (the accepted message carries the
+resolved directory, so the agent and the stored history see it).
+
+`file://` URL parts must name existing regular files inside the message's
+workspace, or inside the allowed roots when it has none.
+
+Errors say what is wrong without echoing the path the client sent, and never
+whether something exists outside the allowed roots.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from google.protobuf import struct_pb2
+
+from gen import a2a_pb2 as pb
+from service.errors import invalid_field
+from service.store import Scope, TaskQuery
+
+NAMESPACE = "a2a_service"  # this service's key in message metadata
+CWD_KEY = "cwd"
+CWD_FIELD = f"message.metadata.{NAMESPACE}.{CWD_KEY}"
+MAX_PATH_CHARS = 4096
+BINDINGS_KEPT = 10_000  # contexts whose workspace is remembered in memory (the store is the fallback)
+UNBOUND = ""  # a context that started without a working directory
+
+
+def default_roots() -> list[str]:
+    return [os.getcwd(), tempfile.gettempdir()]
+
+
+def message_cwd(message: pb.Message) -> str | None:
+    """The working directory a message names (unchecked), or None."""
+    if not message.HasField("metadata"):
+        return None
+    ours = message.metadata.fields.get(NAMESPACE)
+    if ours is None:
+        return None
+    if ours.WhichOneof("kind") != "struct_value":
+        raise invalid_field(f"message.metadata.{NAMESPACE}", "must be an object")
+    value = ours.struct_value.fields.get(CWD_KEY)
+    if value is None:
+        return None
+    if value.WhichOneof("kind") != "string_value" or not value.string_value:
+        raise invalid_field(CWD_FIELD, "must be a non-empty string (an absolute directory path)")
+    return value.string_value
+
+
+def set_message_cwd(message: pb.Message, cwd: str) -> None:
+    ours = message.metadata.fields[NAMESPACE]
+    if ours.WhichOneof("kind") != "struct_value":
+        ours.struct_value.CopyFrom(struct_pb2.Struct())
+    ours.struct_value.fields[CWD_KEY].string_value = cwd
+
+
+def cwd_of(metadata: dict[str, Any] | None) -> str | None:
+    """The accepted working directory from a turn's message metadata (for agents)."""
+    ours = (metadata or {}).get(NAMESPACE)
+    value = ours.get(CWD_KEY) if isinstance(ours, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def is_inside(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def _real(path: str) -> str | None:
+    """The absolute path with symlinks resolved, or None when the name is unusable."""
+    if len(path) > MAX_PATH_CHARS or "\x00" in path:
+        return None
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return None
+
+
+class ContextLookup(Protocol):
+    async def __call__(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
+        """(context id, its recorded working directory: a path, UNBOUND, or None if unknown)."""
+
+
+class Workspaces:
+    def __init__(self, roots: Iterable[str], lookup: ContextLookup | None = None) -> None:
+        self.roots = [r for r in (_real(os.path.abspath(root)) for root in roots) if r]
+        self.lookup = lookup
+        self._bound: OrderedDict[tuple[Scope, str], str] = OrderedDict()
+
+    def inside_roots(self, real: str) -> bool:
+        return any(is_inside(real, root) for root in self.roots)
+
+    def check_dir(self, raw: str) -> str:
+        """The resolved directory a message names, or InvalidParams (the path is never echoed)."""
+        if not os.path.isabs(raw):
+            raise invalid_field(CWD_FIELD, "must be an absolute path")
+        real = _real(raw)
+        if real is None or not self.inside_roots(real):
+            raise invalid_field(CWD_FIELD, "is outside the allowed workspace roots")
+        if not os.path.isdir(real):
+            raise invalid_field(CWD_FIELD, "is not an existing directory")
+        return real
+
+    def _usable(self, recorded: str) -> str | None:
+        real = _real(recorded)
+        return real if real is not None and self.inside_roots(real) and os.path.isdir(real) else None
+
+    def check_file(self, raw_path: str, workspace: str | None, field: str) -> tuple[str, int]:
+        """(resolved path, size) of a file a `file://` URL names, inside the workspace
+        (or the allowed roots when there is none)."""
+        real = _real(raw_path) if os.path.isabs(raw_path) else None
+        if real is None:
+            raise invalid_field(field, "must be an absolute file:// URL")
+        allowed = is_inside(real, workspace) if workspace else self.inside_roots(real)
+        if not allowed:
+            where = "the message's working directory" if workspace else "the allowed workspace roots"
+            raise invalid_field(field, f"names a file outside {where}")
+        try:
+            st = os.stat(real)
+        except (OSError, ValueError):
+            raise invalid_field(field, "names no existing file") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise invalid_field(field, "does not name a regular file")
+        return real, st.st_size
+
+    async def resolve(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
+        """(context key, the message's working directory) after the context rules;
+        nothing is recorded yet (see `bind`)."""
+        requested = message_cwd(message)
+        real = self.check_dir(requested) if requested is not None else None
+        context_id, recorded = await self._recorded(scope, message)
+        if recorded is None:  # a new context: this message decides
+            return context_id, real
+        if real is None:
+            if recorded and recorded != self._usable(recorded):
+                raise invalid_field(CWD_FIELD, "the working directory of this context is no longer "
+                                    "usable; use a new contextId")
+            return context_id, recorded or None
+        if recorded == UNBOUND:
+            raise invalid_field(CWD_FIELD, "this context started without a working directory; "
+                                "use a new contextId for another workspace")
+        if real != recorded:
+            raise invalid_field(CWD_FIELD, "differs from the working directory of this context; "
+                                "use a new contextId for another workspace")
+        return context_id, real
+
+    async def _recorded(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
+        if not message.task_id and not message.context_id:
+            # A new context: name it now (the engine keeps a given id) so it can be bound.
+            message.context_id = str(uuid.uuid4())
+            return message.context_id, None
+        if message.context_id:
+            remembered = self._bound.get((scope, message.context_id))
+            if remembered is not None:
+                return message.context_id, remembered
+        if self.lookup is None:
+            return message.context_id, None
+        context_id, recorded = await self.lookup(scope, message)
+        if recorded is None and context_id:
+            recorded = self._bound.get((scope, context_id))
+        return context_id, recorded
+
+    def bind(self, scope: Scope, context_id: str, cwd: str | None) -> None:
+        """Record a context's workspace (the first accepted message wins; a racing message
+        that names another one is refused)."""
+        if not context_id:
+            return
+        key = (scope, context_id)
+        value = cwd or UNBOUND
+        current = self._bound.get(key)
+        if current is not None and current != value:
+            raise invalid_field(CWD_FIELD, "another message just started this context with a "
+                                "different working directory")
+        self._bound[key] = value
+        self._bound.move_to_end(key)
+        while len(self._bound) > BINDINGS_KEPT:
+            self._bound.popitem(last=False)
+
+
+def recorded_cwd(messages: Sequence[pb.Message]) -> str:
+    """The working directory a stored task's user messages carry (UNBOUND if none)."""
+    for message in messages:
+        if message.role == pb.ROLE_USER:
+            try:
+                cwd = message_cwd(message)
+            except Exception:  # noqa: BLE001 - stored data from before these rules
+                cwd = None
+            return cwd or UNBOUND
+    return UNBOUND
+
+
+class StoreContextLookup:
+    """Finds a context's workspace in the task store, so the rule survives restarts."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    async def __call__(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
+        if message.task_id:  # a follow-up: the task's context (TaskNotFound if it is not there)
+            task = await self.engine.get(scope, message.task_id)
+            return task.context_id, recorded_cwd(task.history)
+        if not message.context_id:
+            return "", None
+        page = await self.engine.store.list(scope, TaskQuery(context_id=message.context_id, page_size=1))
+        if not page.tasks:
+            return message.context_id, None
+        return message.context_id, recorded_cwd(page.tasks[0].history)
+
