@@ -306,3 +306,20 @@ async def test_startup_warns_when_auth_is_off_on_a_non_loopback_address(start_se
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "AUTHENTICATION IS OFF" in m]
     assert [m for m in messages if "TLS is off" in m]
+
+
+async def test_the_card_signing_jwks_stays_public_and_the_signature_covers_the_schemes(start_service, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = tmp_path / "card.key"
+    key.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    service = await start_service(http_port=0, store="memory:", push_notifications=False,
+                                  card_signing_key_files=[f"card-1={key}"], **all_static_settings())
+    async with httpx.AsyncClient(base_url=http_base(service), timeout=10) as http:
+        jwks = await http.get(service.settings.card_jwks_path)
+        assert jwks.status_code == 200 and jwks.json()["keys"][0]["kid"] == "card-1"
+        card = (await http.get("/.well-known/agent-card.json")).json()
+        assert card["signatures"] and set(card["securitySchemes"]) == {"bearer", "basic", "apiKey"}
+        assert_unauthorized(await http.get("/extendedAgentCard"))
