@@ -49,12 +49,13 @@ def check_fetch_url(url: str, key: str) -> str | None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"{key}: expected an absolute https:// URL, got {url!r}"
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         return f"{key}: plain http is allowed only for loopback hosts; use https:// ({url!r})"
     return None
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """localhost or a loopback address; '' and 0.0.0.0 / :: (all interfaces) are not."""
     if host == "localhost":
         return True
     try:

@@ -8,7 +8,6 @@ root calls `authenticator_from` and `tls_from` to build what it wires in, and
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
 from service.auth.credentials import (
@@ -24,6 +23,7 @@ from service.auth.jwt_bearer import (
     JwtVerifier,
     KeySet,
     check_fetch_url,
+    is_loopback,
     read_json,
     signing_keys,
 )
@@ -129,15 +129,6 @@ def advertised(auth: Authenticator | None, tls: TlsFiles | None) -> Authenticato
 def validate_security(s: Settings) -> None:
     authenticator_from(s)
     tls_from(s)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # '' and 0.0.0.0 / :: (all interfaces) included
 
 
 def startup_warnings(s: Settings, auth: Authenticator | None, tls: TlsFiles | None) -> list[str]:
