@@ -265,7 +265,23 @@ def policy_from_settings(s: Any, card: pb.AgentCard, engine: Any = None) -> Inpu
         allow_remote_urls=s.input_allow_remote_urls,
     )
     lookup = StoreContextLookup(engine) if engine is not None else None
-    return InputPolicy(limits, InputModes.of_card(card), Workspaces(roots_from_settings(s), lookup))
+    workspaces = Workspaces(roots_from_settings(s), lookup, denied=denied_paths(s))
+    return InputPolicy(limits, InputModes.of_card(card), workspaces)
+
+
+def denied_paths(s: Any) -> list[str]:
+    """What messages may never point at: the data directory (task database, push queue and
+    keys, command workspaces) and every file a `*_file` / `*_files` setting names (keys,
+    secrets, certificates)."""
+    from service.signing import split_key_entry
+
+    paths = [s.data_dir]
+    for name, value in vars(s).items():
+        if name.endswith("_file") and isinstance(value, str) and value:
+            paths.append(value)
+        elif name.endswith("_files") and isinstance(value, list):
+            paths.extend(split_key_entry(v)[1] for v in value if isinstance(v, str))
+    return paths
 
 
 def validate_inputs(s: Any) -> None:

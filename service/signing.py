@@ -21,6 +21,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import pathlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -422,19 +423,25 @@ def _read_secret_file(path: str, key: str) -> bytes:
         raise SigningError(f"{key}: cannot read {path!r} ({exc.strerror})") from None
 
 
+def split_key_entry(entry: str) -> tuple[str, str]:
+    """`KID=PATH` or `PATH` -> (kid or "", path); a path may itself contain '='."""
+    kid, sep, path = entry.partition("=")
+    if not sep or "/" in kid or os.sep in kid or not kid.strip():
+        return "", entry.strip()
+    return kid.strip(), path.strip()
+
+
 def load_keys(s: Any) -> tuple[list[SigningKey], SigningKey | None]:
     """(PEM keys, current first; the HS256 key or None) from the card_signing_* settings."""
     keys: list[SigningKey] = []
     for i, entry in enumerate(s.card_signing_key_files):
-        kid, sep, path = entry.partition("=")
-        if not sep:
-            kid, path = "", entry
+        kid, path = split_key_entry(entry)
         try:
-            data = pathlib.Path(path.strip()).read_bytes()
+            data = pathlib.Path(path).read_bytes()
         except OSError as exc:
-            raise SigningError(f"card_signing_key_files[{i}]: cannot read {path.strip()!r} ({exc.strerror})") from None
+            raise SigningError(f"card_signing_key_files[{i}]: cannot read {path!r} ({exc.strerror})") from None
         try:
-            keys.append(key_from_pem(data, kid.strip(), require_private=i == 0))
+            keys.append(key_from_pem(data, kid, require_private=i == 0))
         except SigningError as exc:
             raise SigningError(f"card_signing_key_files[{i}]: {exc}") from None
     kids = [k.kid for k in keys]

@@ -95,12 +95,17 @@ class ContextLookup(Protocol):
 
 
 class Workspaces:
-    def __init__(self, roots: Iterable[str], lookup: ContextLookup | None = None) -> None:
+    def __init__(self, roots: Iterable[str], lookup: ContextLookup | None = None,
+                 denied: Iterable[str] = ()) -> None:
         self.roots = [r for r in (_real(os.path.abspath(root)) for root in roots) if r]
+        # The service's own state and secret files stay out of reach even inside a root.
+        self.denied = [d for d in (_real(os.path.abspath(path)) for path in denied if path) if d]
         self.lookup = lookup
         self._bound: OrderedDict[tuple[Scope, str], str] = OrderedDict()
 
     def inside_roots(self, real: str) -> bool:
+        if any(is_inside(real, d) for d in self.denied):
+            return False
         return any(is_inside(real, root) for root in self.roots)
 
     def check_dir(self, raw: str) -> str:
@@ -124,9 +129,10 @@ class Workspaces:
         real = _real(raw_path) if os.path.isabs(raw_path) else None
         if real is None:
             raise invalid_field(field, "must be an absolute file:// URL")
-        allowed = is_inside(real, workspace) if workspace else self.inside_roots(real)
+        allowed = self.inside_roots(real) and (workspace is None or is_inside(real, workspace))
         if not allowed:
-            where = "the message's working directory" if workspace else "the allowed workspace roots"
+            where = "the message's working directory" if workspace and self.inside_roots(real) \
+            else "the allowed workspace roots"
             raise invalid_field(field, f"names a file outside {where}")
         try:
             st = os.stat(real)

@@ -344,3 +344,32 @@ async def test_nothing_is_listed_after_refusals(svc):
         await refused(svc, request)
     page = await svc.store.list(Scope(), TaskQuery())
     assert page.total_size == 0
+
+
+async def test_the_service_state_and_secret_files_are_out_of_reach(start_service, tmp_path):
+    """Even inside an allowed root: the data directory and files named by *_file settings."""
+    secret = tmp_path / "card.secret"
+    secret.write_text("s" * 40)
+    service = await start_service(store="memory:", agent="tests.test_input_validation:WorkspaceAgent",
+                                  workspace_roots=[str(tmp_path)], card_signing_secret_file=str(secret))
+    data = pathlib.Path(service.settings.data_dir)
+    (data / "state.txt").parent.mkdir(parents=True, exist_ok=True)
+    (data / "state.txt").write_text("state")
+    (tmp_path / "fine.txt").write_text("fine")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        task = (await stub.SendMessage(send([pb.Part(url=(tmp_path / "fine.txt").as_uri())]))).task
+        assert task.status.state == pb.TASK_STATE_COMPLETED
+        for path in (secret, data / "state.txt"):
+            err = await expect_error(stub.SendMessage(send([pb.Part(url=path.as_uri(), media_type="text/plain")])),
+                                     C.INVALID_ARGUMENT, "INVALID_PARAMS")
+            assert "outside the allowed workspace roots" in err.details()
+        await expect_error(stub.SendMessage(send(cwd=str(data))), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+
+
+def test_key_file_entries_with_and_without_a_kid():
+    from service.signing import split_key_entry
+
+    assert split_key_entry("2026-06=/etc/a2a/card.pem") == ("2026-06", "/etc/a2a/card.pem")
+    assert split_key_entry("/etc/a=b/card.pem") == ("", "/etc/a=b/card.pem")
+    assert split_key_entry("card.pem") == ("", "card.pem")
