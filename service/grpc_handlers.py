@@ -3,8 +3,9 @@
 grpc's generated registration parses requests with `FromString`; bytes that are
 not a valid message then surface as status UNKNOWN with the parser's exception
 text. Here a request that does not parse becomes INVALID_ARGUMENT with the A2A
-InvalidRequest reason, before the servicer sees it. Everything else is the
-generated behaviour: one handler per RPC of the service descriptor.
+InvalidRequest reason, before the servicer sees it (after authentication, so an
+unknown caller still gets UNAUTHENTICATED). Everything else is the generated
+behaviour: one handler per RPC of the service descriptor.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 
-from service.errors import InvalidRequestError
-from service.grpc_servicer import SERVICE, error_status
+from service.errors import InvalidRequestError, as_a2a_error
+from service.grpc_servicer import SERVICE, Authenticator, call_context, error_status
 
 
 class Undecodable:
@@ -37,31 +38,36 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-def _refusal(request: Undecodable) -> grpc.Status:
-    return error_status(InvalidRequestError(
-        f"The request is not a valid {request.type_name} protobuf message."))
+async def _refuse(request: Undecodable, context: grpc.aio.ServicerContext,
+                  authenticate: Authenticator | None) -> None:
+    try:
+        await call_context(context, authenticate)  # UnauthenticatedError first, as for any call
+        err = InvalidRequestError(f"The request is not a valid {request.type_name} protobuf message.")
+    except Exception as exc:
+        err = as_a2a_error(exc, "gRPC request parsing")
+    await context.abort_with_status(error_status(err))
 
 
-def _unary(behavior):
+def _unary(behavior, authenticate: Authenticator | None):
     async def handle(request, context):
         if isinstance(request, Undecodable):
-            await context.abort_with_status(_refusal(request))
+            await _refuse(request, context, authenticate)
         return await behavior(request, context)
 
     return handle
 
 
-def _streaming(behavior):
+def _streaming(behavior, authenticate: Authenticator | None):
     async def handle(request, context):
         if isinstance(request, Undecodable):
-            await context.abort_with_status(_refusal(request))
+            await _refuse(request, context, authenticate)
         async for event in behavior(request, context):
             yield event
 
     return handle
 
 
-def add_servicer(servicer: Any, server: grpc.aio.Server) -> None:
+def add_servicer(servicer: Any, server: grpc.aio.Server, authenticate: Authenticator | None = None) -> None:
     """`add_A2AServiceServicer_to_server`, with tolerant request parsing."""
     handlers = {}
     for method in SERVICE.methods:
@@ -70,11 +76,11 @@ def add_servicer(servicer: Any, server: grpc.aio.Server) -> None:
         behavior = getattr(servicer, method.name)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _streaming(behavior), request_deserializer=_parser(request_cls),
+                _streaming(behavior, authenticate), request_deserializer=_parser(request_cls),
                 response_serializer=response_cls.SerializeToString)
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(behavior), request_deserializer=_parser(request_cls),
+                _unary(behavior, authenticate), request_deserializer=_parser(request_cls),
                 response_serializer=response_cls.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
     if hasattr(server, "add_registered_method_handlers"):

@@ -151,7 +151,7 @@ class Service:
             push=self.push,
             inputs=policy_from_settings(s, self.cards.public_card(), self.engine),
         )
-        add_servicer(make_servicer(self.api, authenticate=self.auth), server)
+        add_servicer(make_servicer(self.api, authenticate=self.auth), server, authenticate=self.auth)
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(

@@ -373,3 +373,16 @@ def test_key_file_entries_with_and_without_a_kid():
     assert split_key_entry("2026-06=/etc/a2a/card.pem") == ("2026-06", "/etc/a2a/card.pem")
     assert split_key_entry("/etc/a=b/card.pem") == ("", "/etc/a=b/card.pem")
     assert split_key_entry("card.pem") == ("", "card.pem")
+
+
+async def test_undecodable_bytes_from_an_unknown_caller_are_unauthenticated(start_service):
+    token = "t" * 32
+    service = await start_service(store="memory:", auth_bearer_tokens=[f"alice={token}"])
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        call = channel.unary_unary("/lf.a2a.v1.A2AService/SendMessage")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call(b"\xff\xff\xff", timeout=5)
+        assert info.value.code() == C.UNAUTHENTICATED
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call(b"\xff\xff\xff", timeout=5, metadata=(("authorization", f"Bearer {token}"),))
+        assert info.value.code() == C.INVALID_ARGUMENT
