@@ -8,6 +8,7 @@ gateway are thin adapters over this one object, so every binding behaves alike.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -33,6 +34,7 @@ from service.validation import check_history_length, check_id, check_message, ch
 
 SUPPORTED_VERSIONS = ("1.0",)  # any 1.x is accepted: minor versions are compatible
 VERSION_KEY = "a2a-version"
+CREDENTIAL_KEYS = frozenset({"authorization", "proxy-authorization", "x-api-key", "cookie"})
 EXTENSIONS_KEY = "a2a-extensions"
 PUSH_PAGE_DEFAULT = 50
 PUSH_PAGE_MAX = 100
@@ -117,8 +119,10 @@ class A2AApi:
         return Scope(tenant=getattr(request, "tenant", ""), owner=call.principal)
 
     def _caller(self, call: CallContext, scope: Scope) -> Caller:
+        # Credentials never reach the agent, even when this service does not check them.
+        metadata = {k: v for k, v in call.metadata.items() if k not in CREDENTIAL_KEYS}
         return Caller(principal=call.principal, tenant=scope.tenant, extensions=call.extensions,
-                      metadata=dict(call.metadata))
+                      metadata=metadata)
 
     def _check_push(self) -> None:
         if not self.push_notifications:
@@ -155,7 +159,14 @@ class A2AApi:
             stored.task_id = turn.run.task_id
             stored.tenant = scope.tenant
             stored.id = stored.id or str(uuid.uuid4())
-            await self._store_push_config(scope, stored, after_seq)
+            try:
+                await self._store_push_config(scope, stored, after_seq)
+            except BaseException:
+                # The caller is told the send failed: the turn must not go on without it.
+                if turn.run.task is not None:
+                    with contextlib.suppress(Exception):
+                        await self.engine.cancel(scope, turn.run.task_id)
+                raise
         return turn, history
 
     async def SendMessage(self, request: pb.SendMessageRequest, call: CallContext) -> pb.SendMessageResponse:

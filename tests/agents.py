@@ -14,6 +14,7 @@ Commands (the first word of the message):
   break            emits after completing (a protocol violation)
   reject           rejects the task
   exts             artifact listing the extensions the caller requested
+  meta             artifact listing the call metadata keys the agent sees
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class ScriptedAgent:
             await ctx.working("after the end")
         elif word == "exts":
             await ctx.artifact(" ".join(ctx.caller.extensions), name="extensions")
+        elif word == "meta":
+            await ctx.artifact(" ".join(sorted(ctx.caller.metadata)), name="metadata")
         elif word == "reject":
             await ctx.reject("no thanks")
         else:

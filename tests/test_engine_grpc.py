@@ -408,3 +408,11 @@ async def test_required_extension(start_service):
 async def test_requested_extensions_reach_the_agent(stub):
     resp = await stub.SendMessage(send("exts"), metadata=(("a2a-extensions", "urn:a:v1,urn:b:v2"),))
     assert resp.task.artifacts[0].parts[0].text == "urn:a:v1 urn:b:v2"
+
+
+async def test_credentials_never_reach_the_agent(stub):
+    metadata = (("authorization", "Bearer s3cret"), ("x-api-key", "k"), ("x-trace", "t1"))
+    resp = await stub.SendMessage(send("meta"), metadata=metadata)
+    keys = resp.task.artifacts[0].parts[0].text.split()
+    assert "x-trace" in keys
+    assert "authorization" not in keys and "x-api-key" not in keys
