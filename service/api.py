@@ -243,6 +243,17 @@ class A2AApi:
         else:
             await self.engine.store.put_push_config(scope, config)
 
+    async def _push_scope(self, request, call: CallContext, *, config_id: bool) -> Scope:
+        """Shared entry of the Get/List/Delete config RPCs: capability, admission, ids, and
+        the task must be the caller's (TaskNotFoundError otherwise)."""
+        self._check_push()
+        scope = self._admit(call, request)
+        check_id(request.task_id, "taskId", required=True)
+        if config_id:
+            check_id(request.id, "id", required=True)
+        await self._task_must_exist(scope, request.task_id)
+        return scope
+
     async def _task_must_exist(self, scope: Scope, task_id: str) -> None:
         await self.engine.get(scope, task_id)  # TaskNotFoundError for unknown or foreign tasks
 
@@ -262,11 +273,7 @@ class A2AApi:
     async def GetTaskPushNotificationConfig(
         self, request: pb.GetTaskPushNotificationConfigRequest, call: CallContext
     ) -> pb.TaskPushNotificationConfig:
-        self._check_push()
-        scope = self._admit(call, request)
-        check_id(request.task_id, "taskId", required=True)
-        check_id(request.id, "id", required=True)
-        await self._task_must_exist(scope, request.task_id)
+        scope = await self._push_scope(request, call, config_id=True)
         found = await self.engine.store.get_push_config(scope, request.task_id, request.id)
         if found is None:
             raise TaskNotFoundError(
@@ -277,15 +284,13 @@ class A2AApi:
     async def ListTaskPushNotificationConfigs(
         self, request: pb.ListTaskPushNotificationConfigsRequest, call: CallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
-        self._check_push()
-        scope = self._admit(call, request)
-        check_id(request.task_id, "taskId", required=True)
+        self._check_push()  # before any other check, as on every push operation
         page_size = request.page_size or PUSH_PAGE_DEFAULT
         if not 1 <= page_size <= PUSH_PAGE_MAX:
             raise invalid_field("pageSize", f"must be between 1 and {PUSH_PAGE_MAX} (got {page_size})")
         if request.page_token:
             check_id(request.page_token, "pageToken")
-        await self._task_must_exist(scope, request.task_id)
+        scope = await self._push_scope(request, call, config_id=False)
         configs, last = await self.engine.store.list_push_configs(
             scope, request.task_id, page_size, request.page_token or None
         )
@@ -294,11 +299,7 @@ class A2AApi:
     async def DeleteTaskPushNotificationConfig(
         self, request: pb.DeleteTaskPushNotificationConfigRequest, call: CallContext
     ) -> empty_pb2.Empty:
-        self._check_push()
-        scope = self._admit(call, request)
-        check_id(request.task_id, "taskId", required=True)
-        check_id(request.id, "id", required=True)
-        await self._task_must_exist(scope, request.task_id)
+        scope = await self._push_scope(request, call, config_id=True)
         if self.push is not None:
             await self.push.delete_config(scope, request.task_id, request.id)
         else:
