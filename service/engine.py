@@ -61,15 +61,28 @@ def encode_cursor(cursor: tuple[int, str]) -> str:
     return base64.urlsafe_b64encode(f"{cursor[0]}:{cursor[1]}".encode()).decode().rstrip("=")
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def decode_cursor(token: str) -> tuple[int, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
         micros, _, task_id = raw.partition(":")
-        if not task_id:
+        value = int(micros)
+        if not task_id or not INT64_MIN <= value <= INT64_MAX:
             raise ValueError
-        return int(micros), task_id
+        return value, task_id
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise invalid_field("pageToken", "not a token returned by a previous ListTasks call") from None
+
+
+def _status_after(request: pb.ListTasksRequest) -> int | None:
+    if not request.HasField("status_timestamp_after"):
+        return None
+    micros = timestamp_micros(request.status_timestamp_after)
+    if not INT64_MIN <= micros <= INT64_MAX or not 0 <= request.status_timestamp_after.nanos < 10**9:
+        raise invalid_field("statusTimestampAfter", "is not a valid timestamp")
+    return micros
 
 
 @dataclass
@@ -118,7 +131,9 @@ class Engine:
         return run
 
     def _forget(self, run: TaskRun) -> None:
-        if self._runs.get((run.scope, run.task_id)) is run and not run.agent_alive:
+        """Unregister a run that is idle: no agent, nothing waiting to be committed (the
+        store would otherwise hand a stale snapshot to the next loader)."""
+        if self._runs.get((run.scope, run.task_id)) is run and not run.agent_alive and run.idle:
             del self._runs[(run.scope, run.task_id)]
 
     async def _claim(self, scope: Scope, task_id: str) -> TaskRun:
@@ -144,8 +159,12 @@ class Engine:
             run.seq = await self.store.last_seq(scope, task_id)
         except BaseException as exc:
             del self._runs[key]
-            run.ready.set_exception(exc)
-            run.ready.exception()  # mark retrieved
+            if isinstance(exc, asyncio.CancelledError):
+                # This caller went away; others waiting on the load simply retry it.
+                run.ready.set_result(None)
+            else:
+                run.ready.set_exception(exc)
+                run.ready.exception()  # mark retrieved
             raise
         run.ready.set_result(None)
         run.ready = None
@@ -183,23 +202,34 @@ class Engine:
         return turn
 
     async def _follow_up(self, scope: Scope, message: pb.Message, caller: Caller, stream: bool) -> Turn:
-        run = await self._claim(scope, message.task_id)
-        assert run.task is not None
-        if message.context_id and message.context_id != run.context_id:
-            self._release(run)
-            raise invalid_field(
-                "message.contextId",
-                f"does not match the context of task {run.task_id}; omit it or send {run.context_id}",
-            )
-        state = run.state
-        if state in TERMINAL:
-            self._release(run)
-            raise UnsupportedOperationError(
-                f"Task {run.task_id} is {state_name(state)} and accepts no more messages; "
-                "start a new task (you may reuse the contextId)."
-            )
-        if state not in INTERRUPTED:
-            raise UnsupportedOperationError("Task is already working.")
+        while True:
+            run = await self._claim(scope, message.task_id)
+            assert run.task is not None
+            if message.context_id and message.context_id != run.context_id:
+                self._release(run)
+                raise invalid_field(
+                    "message.contextId",
+                    f"does not match the context of task {run.task_id}; omit it or send {run.context_id}",
+                )
+            state = run.state
+            if state in TERMINAL:
+                self._release(run)
+                raise UnsupportedOperationError(
+                    f"Task {run.task_id} is {state_name(state)} and accepts no more messages; "
+                    "start a new task (you may reuse the contextId)."
+                )
+            if state not in INTERRUPTED:
+                self._release(run)
+                raise UnsupportedOperationError("Task is already working.")
+            paused = run.input_waiter is not None and not run.input_waiter.done()
+            if run.agent_alive and not paused:
+                # The previous turn settled but its agent is still winding down: let it end.
+                await asyncio.wait([run.agent_task])
+                continue
+            if not run.idle:
+                await run.flushed()  # the interrupted state is committed before the next turn
+                continue
+            break
         message.context_id = run.context_id
         turn = Turn(run, run.start_turn())
         previous = pb.Task()
@@ -207,7 +237,7 @@ class Engine:
         run.accept_follow_up(message)
         if stream:
             turn.events = self.subscribe_run(run)
-        if run.input_waiter is not None and not run.input_waiter.done():
+        if paused:
             run.input_waiter.set_result(message)  # the paused agent coroutine continues
         else:
             ctx = TurnContext(run, message=message, task_id=run.task_id, context_id=run.context_id,
@@ -365,10 +395,7 @@ class Engine:
         query = TaskQuery(
             context_id=request.context_id,
             state=request.status,
-            status_after_us=(
-                timestamp_micros(request.status_timestamp_after)
-                if request.HasField("status_timestamp_after") else None
-            ),
+            status_after_us=_status_after(request),
             page_size=page_size,
             cursor=decode_cursor(request.page_token) if request.page_token else None,
         )
@@ -380,10 +407,8 @@ class Engine:
             total_size=page.total_size,
             next_page_token=encode_cursor(page.next_cursor) if page.next_cursor else "",
         )
-        for task in page.tasks:
-            live = self._runs.get((scope, task.id))
-            source = live.task if live is not None and live.task is not None else task
-            response.tasks.append(shape_task(source, history, include))
+        for task in page.tasks:  # committed snapshots: they are what the filters and order saw
+            response.tasks.append(shape_task(task, history, include))
         return response
 
     async def cancel(self, scope: Scope, task_id: str) -> pb.Task:
@@ -400,6 +425,10 @@ class Engine:
             assert agent_task is not None
             agent_task.cancel()
             await asyncio.wait([agent_task])  # not cancelled if this request goes away
+            if run.state not in TERMINAL:  # canceled before its first step: _drive never ran
+                run.agent_task = None
+                run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
+                await run.finish()
         else:
             run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
             await run.finish()

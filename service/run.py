@@ -79,7 +79,13 @@ class TaskRun:
     def agent_alive(self) -> bool:
         return self.agent_task is not None and not self.agent_task.done()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing emitted that is not yet committed."""
+        return not self._pending and not self._flushing
+
     def start_turn(self) -> asyncio.Future[pb.Message | None]:
+        self._resolve_turn(None)  # a previous turn's waiter is never left behind
         self.turn = asyncio.get_running_loop().create_future()
         return self.turn
 
@@ -223,11 +229,15 @@ class TaskRun:
                 try:
                     # save() serializes before it yields, so later mutations cannot leak in.
                     await self.store.save(self.scope, self.task, batch)
-                except BaseException as exc:
+                except Exception as exc:
+                    # The run cannot go on consistently: every waiter learns it now.
                     self.failed_commit = exc
+                    self._pending = []
                     log.error("commit failed for task %s", self.task_id, exc_info=exc)
                     self._resolve_turn(None, error=InternalError("The task could not be stored."))
-                    raise
+                    if self._commit_signal is not None and not self._commit_signal.done():
+                        self._commit_signal.set_result(None)
+                    return
                 self.committed_seq = batch[-1].seq
                 if self._commit_signal is not None and not self._commit_signal.done():
                     self._commit_signal.set_result(None)
@@ -267,6 +277,7 @@ class TaskRun:
         if self.turn is not None and not self.turn.done():
             if error is not None:
                 self.turn.set_exception(error)
+                self.turn.exception()  # nobody may be waiting (returnImmediately): not an unhandled error
             else:
                 self.turn.set_result(reply)
 

@@ -14,6 +14,7 @@ Commands (the first word of the message):
   break            emits after completing (a protocol violation)
   reject           rejects the task
   exts             artifact listing the extensions the caller requested
+  linger           INPUT_REQUIRED, then keeps running 0.1 s before returning
   meta             artifact listing the call metadata keys the agent sees
 """
 
@@ -64,6 +65,9 @@ class ScriptedAgent:
             await ctx.working("after the end")
         elif word == "exts":
             await ctx.artifact(" ".join(ctx.caller.extensions), name="extensions")
+        elif word == "linger":
+            await ctx.require_input("need more")
+            await asyncio.sleep(0.1)  # still winding down (cleanup) after the turn settled
         elif word == "meta":
             await ctx.artifact(" ".join(sorted(ctx.caller.metadata)), name="metadata")
         elif word == "reject":

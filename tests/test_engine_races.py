@@ -1,0 +1,130 @@
+"""Engine races and failure paths, made reproducible with a slowed or failing store.
+
+The store here is the real memory store with one method wrapped to be slow or to fail;
+everything else (API, engine, runs, agent) is the real thing, called in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gen import a2a_pb2 as pb
+from service.api import CallContext
+from service.engine import encode_cursor
+from service.errors import (
+    InternalError,
+    InvalidParamsError,
+    TaskNotCancelableError,
+    UnsupportedOperationError,
+)
+from service.server import Service
+from service.store import Scope
+from tests.conftest import make_settings, user_message
+
+CALL = CallContext()
+
+
+@pytest.fixture
+async def service(tmp_path):
+    s = Service(make_settings(tmp_path, store="memory:", agent="tests.agents:ScriptedAgent",
+                              push_notifications=False))
+    await s.start()
+    yield s
+    await s.stop()
+
+
+def slow_saves(service: Service, delay: float) -> None:
+    store = service.engine.store
+    real = store.save
+
+    async def save(scope, task, events):
+        snapshot = pb.Task.FromString(task.SerializeToString())  # serialize before yielding
+        await asyncio.sleep(delay)
+        await real(scope, snapshot, events)
+
+    store.save = save
+
+
+def request(text: str, return_immediately: bool = False, **fields) -> pb.SendMessageRequest:
+    req = pb.SendMessageRequest(message=user_message(text, **fields))
+    req.configuration.return_immediately = return_immediately
+    return req
+
+
+async def test_follow_up_before_interrupt_is_committed_leaves_no_waiter_behind(service):
+    slow_saves(service, 0.2)
+    first = asyncio.create_task(service.api.SendMessage(request("input x"), CALL))
+    await asyncio.sleep(0.05)
+    [run] = service.engine._runs.values()
+    seen = await service.api.GetTask(pb.GetTaskRequest(id=run.task_id), CALL)
+    assert seen.status.state == pb.TASK_STATE_INPUT_REQUIRED  # live, not yet committed
+    await service.api.SendMessage(request("more", True, task_id=run.task_id), CALL)
+    answered = await asyncio.wait_for(first, 5)
+    assert answered.task.id == run.task_id
+
+
+async def test_failed_commit_fails_return_immediately_instead_of_hanging(service):
+    async def broken(scope, task, events):
+        raise OSError("disk full")
+
+    service.engine.store.save = broken
+    with pytest.raises(InternalError):
+        await asyncio.wait_for(service.api.SendMessage(request("hang", True), CALL), 5)
+
+
+async def test_refused_cancel_during_a_commit_keeps_the_live_run(service):
+    slow_saves(service, 0.2)
+    task = (await service.api.SendMessage(request("slow 2", True), CALL)).task
+    await asyncio.sleep(0.15)  # the agent is done; its COMPLETED commit is in flight
+    with pytest.raises(TaskNotCancelableError):
+        await service.api.CancelTask(pb.CancelTaskRequest(id=task.id), CALL)
+    with pytest.raises(UnsupportedOperationError):
+        await service.api.SendMessage(request("again", task_id=task.id), CALL)
+    await asyncio.sleep(0.6)
+    got = await service.api.GetTask(pb.GetTaskRequest(id=task.id), CALL)
+    assert got.status.state == pb.TASK_STATE_COMPLETED
+    assert (await service.engine.store.get(Scope(), task.id)).status.state == pb.TASK_STATE_COMPLETED
+    assert not service.engine._runs
+
+
+async def test_follow_up_waits_for_a_lingering_agent(service):
+    first = (await service.api.SendMessage(request("linger"), CALL)).task
+    assert first.status.state == pb.TASK_STATE_INPUT_REQUIRED
+    second = (await service.api.SendMessage(request("answer", task_id=first.id), CALL)).task
+    assert second.status.state == pb.TASK_STATE_COMPLETED
+    assert second.artifacts[-1].parts[0].text == "follow-up: answer"
+
+
+async def test_a_caller_leaving_during_a_load_does_not_fail_the_others(service):
+    task = (await service.api.SendMessage(request("input x"), CALL)).task
+    store = service.engine.store
+    real_get = store.get
+
+    async def slow_get(scope, task_id):
+        await asyncio.sleep(0.3)
+        return await real_get(scope, task_id)
+
+    store.get = slow_get
+    a = asyncio.create_task(service.api.CancelTask(pb.CancelTaskRequest(id=task.id), CALL))
+    await asyncio.sleep(0.02)
+    b = asyncio.create_task(service.api.CancelTask(pb.CancelTaskRequest(id=task.id), CALL))
+    await asyncio.sleep(0.1)
+    a.cancel()  # the first client goes away while the task is loading
+    canceled = await asyncio.wait_for(b, 5)
+    assert canceled.status.state == pb.TASK_STATE_CANCELED
+
+
+async def test_out_of_range_list_values_are_invalid_params(service):
+    too_late = pb.ListTasksRequest()
+    too_late.status_timestamp_after.seconds = 2**60
+    for req in (too_late, pb.ListTasksRequest(page_token=encode_cursor((10**30, "x")))):
+        with pytest.raises(InvalidParamsError):
+            await service.api.ListTasks(req, CALL)
+
+
+async def test_cancel_right_after_start_cancels(service):
+    turn = await service.engine.send(Scope(), user_message("hang"), None, return_immediately=True)
+    canceled = await service.engine.cancel(Scope(), turn.run.task_id)  # before the agent's first step
+    assert canceled.status.state == pb.TASK_STATE_CANCELED
