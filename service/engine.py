@@ -10,7 +10,6 @@ import asyncio
 import base64
 import binascii
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from service.errors import (
     internal_error,
     invalid_field,
 )
+from service.ids import uuid7
 from service.run import TaskRun
 from service.states import INTERRUPTED, TERMINAL, is_settling, state_name
 from service.store import Scope, StoredEvent, TaskQuery, TaskStore
@@ -185,8 +185,8 @@ class Engine:
         when this returns; with `stream`, `Turn.events` yields the turn's events."""
         if message.task_id:
             return await self._follow_up(scope, message, caller, stream)
-        context_id = message.context_id or str(uuid.uuid4())
-        task_id = str(uuid.uuid4())
+        context_id = message.context_id or uuid7()
+        task_id = uuid7()
         message.context_id = context_id
         message.task_id = task_id
         run = self._new_run(scope, task_id, context_id, None)
