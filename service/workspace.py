@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ from google.protobuf import struct_pb2
 
 from gen import a2a_pb2 as pb
 from service.errors import invalid_field
+from service.ids import uuid7
 from service.store import Scope, TaskQuery
 
 NAMESPACE = "a2a_service"  # this service's key in message metadata
@@ -166,7 +166,7 @@ class Workspaces:
     async def _recorded(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
         if not message.task_id and not message.context_id:
             # A new context: name it now (the engine keeps a given id) so it can be bound.
-            message.context_id = str(uuid.uuid4())
+            message.context_id = uuid7()
             return message.context_id, None
         if message.context_id:
             remembered = self._bound.get((scope, message.context_id))
