@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 import re
@@ -181,3 +182,32 @@ async def run_load(workers: list, call_once, duration: float, count: int) -> tup
 
     await asyncio.gather(*(loop(w) for w in workers))
     return latencies, time.perf_counter() - start, errors, first_error
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of seconds, returned in milliseconds."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1] * 1000
+
+
+def summarize_rounds(key: str, label: str, rounds: list[dict]) -> dict:
+    """One table row from a server's measured rounds (each a dict from a measure function)."""
+    import statistics
+
+    latencies = [x for r in rounds for x in r["latencies"]]
+    rates = [r["requests"] / r["elapsed_s"] for r in rounds]
+    elapsed = sum(r["elapsed_s"] for r in rounds)
+    server_cpu = sum(r["server_cpu_s"] for r in rounds)
+    return {
+        "key": key, "server": label,
+        "rps": statistics.median(rates), "rps_rounds": rates,
+        "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
+        "requests": len(latencies), "errors": sum(r["errors"] for r in rounds),
+        "first_error": next((r["first_error"] for r in rounds if r["first_error"]), ""),
+        "server_cpu_pct": 100 * server_cpu / elapsed,
+        "client_cpu_pct": 100 * sum(r["client_cpu_s"] for r in rounds) / elapsed,
+        "server_cpu_ms_per_req": 1000 * server_cpu / max(1, len(latencies)),
+    }

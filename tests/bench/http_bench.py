@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 
-from tests.bench.common import HOST, ROOT, ServerProcess, run_load
+from tests.bench.common import HOST, ROOT, ServerProcess, run_load, summarize_rounds
 
 PY = sys.executable
 ECHO_TEXT = "hello bench"
@@ -120,7 +120,7 @@ def ours_http_argv(store: str) -> list[str]:
             "--store", store, "--agent", "echo", "--log-level", "WARNING"]
 
 
-async def bench_http(args, tmp: pathlib.Path, percentile) -> list[dict]:
+async def bench_http(args, tmp: pathlib.Path) -> list[dict]:
     servers_spec = {
         "bare": [PY, str(ROOT / "tests/bench/bare_http_server.py")],
         "sdk": [PY, str(ROOT / "tests/bench/sdk_jsonrpc_server.py")],
@@ -151,20 +151,7 @@ async def bench_http(args, tmp: pathlib.Path, percentile) -> list[dict]:
     finally:
         for server in servers.values():
             server.stop()
-    rows = []
-    for key, label, *_ in rows_spec:
-        rounds = runs[key]
-        latencies = [x for r in rounds for x in r["latencies"]]
-        rates = [r["requests"] / r["elapsed_s"] for r in rounds]
-        elapsed = sum(r["elapsed_s"] for r in rounds)
-        rows.append({
-            "key": key, "server": label, "rps": statistics.median(rates), "rps_rounds": rates,
-            "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
-            "requests": len(latencies), "errors": sum(r["errors"] for r in rounds),
-            "first_error": next((r["first_error"] for r in rounds if r["first_error"]), ""),
-            "server_cpu_pct": 100 * sum(r["server_cpu_s"] for r in rounds) / elapsed,
-            "client_cpu_pct": 100 * sum(r["client_cpu_s"] for r in rounds) / elapsed,
-        })
+    rows = [summarize_rounds(key, label, runs[key]) for key, label, *_ in rows_spec]
     by_key = {r["key"]: r for r in rows}
     for row in rows:  # ratios per round, then the median (rounds are interleaved)
         for ref, field in (("http_bare", "vs_bare"), ("http_sdk", "vs_sdk")):

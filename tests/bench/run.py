@@ -39,7 +39,16 @@ import grpc  # noqa: E402
 
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
-from tests.bench.common import HOST, METADATA, ROOT, ServerProcess, run_load, send_request  # noqa: E402
+from tests.bench.common import (  # noqa: E402
+    HOST,
+    METADATA,
+    ROOT,
+    ServerProcess,
+    percentile,
+    run_load,
+    send_request,
+    summarize_rounds,
+)
 from tests.bench.http_bench import bench_http  # noqa: E402
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
 
@@ -49,15 +58,6 @@ ECHO_TEXT = "hello bench"
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of seconds, returned in milliseconds."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1] * 1000
 
 
 def ours_argv(store: str, agent: str = "echo") -> list[str]:
@@ -137,22 +137,7 @@ async def bench_send(args, tmp: pathlib.Path) -> list[dict]:
     finally:
         for *_, server, _check in servers:
             server.stop()
-    rows = []
-    for key, label, *_ in specs:
-        rounds = runs[key]
-        latencies = [x for r in rounds for x in r["latencies"]]
-        rates = [r["requests"] / r["elapsed_s"] for r in rounds]
-        elapsed = sum(r["elapsed_s"] for r in rounds)
-        rows.append({
-            "key": key, "server": label,
-            "rps": statistics.median(rates), "rps_rounds": rates,
-            "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
-            "requests": len(latencies), "errors": sum(r["errors"] for r in rounds),
-            "first_error": next((r["first_error"] for r in rounds if r["first_error"]), ""),
-            "server_cpu_pct": 100 * sum(r["server_cpu_s"] for r in rounds) / elapsed,
-            "client_cpu_pct": 100 * sum(r["client_cpu_s"] for r in rounds) / elapsed,
-            "server_cpu_ms_per_req": 1000 * sum(r["server_cpu_s"] for r in rounds) / max(1, len(latencies)),
-        })
+    rows = [summarize_rounds(key, label, runs[key]) for key, label, *_ in specs]
     # Ratio per round (each server against the bare ceiling of the same round), then the
     # median: rounds are interleaved, so drift in machine load cancels out.
     bare_rates = rows[0]["rps_rounds"]
@@ -533,7 +518,7 @@ async def amain(args) -> dict:
                 results["list_tasks"] = await bench_list(args, tmp)
             if "http" in args.only:
                 print("SendMessage over HTTP ...", file=sys.stderr)
-                results["http"] = await bench_http(args, tmp, percentile)
+                results["http"] = await bench_http(args, tmp)
             if "push" in args.only:
                 print("Push delivery ...", file=sys.stderr)
                 results["push"] = await bench_push(args, tmp)
