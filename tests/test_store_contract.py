@@ -600,7 +600,8 @@ async def test_errors_do_not_leak_paths(tmp_path, caplog):
     assert str(info.value) == "task store unavailable"
     assert "secret-location" not in str(info.value)
     assert info.value.__cause__ is None and info.value.__suppress_context__
-    assert "secret-location" in caplog.text  # the details go to the log
+    assert "not-a-db.db" in caplog.text and "DatabaseError" in caplog.text  # what failed, for the operator
+    assert "secret-location" not in caplog.text  # but no local path in the log either
     await s.close()  # never opened: a no-op
 
 

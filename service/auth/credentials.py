@@ -71,7 +71,7 @@ def read_lines(path: str, key: str) -> list[str]:
     except UnicodeDecodeError:
         raise CredentialError(f"{key}: {path!r} is not UTF-8 text") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("%s: %s is readable by other users; chmod 600 it", key, path)
+        log.warning("%s: the file is readable by other users; chmod 600 it", key)
     lines = []
     for raw in text.splitlines():
         line = raw.strip()

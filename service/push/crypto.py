@@ -48,7 +48,7 @@ def load_keys(configured: list[str], data_dir: str) -> list[str]:
             f.write(Fernet.generate_key().decode() + "\n")
             f.flush()
             os.fsync(f.fileno())
-        log.info("generated a push secret key in %s (set push_secret_keys to manage keys yourself)", path)
+        log.info("generated a push secret key file %s in the data directory (set push_secret_keys to manage keys yourself)", path.name)
     return [line.strip() for line in path.read_text().splitlines() if line.strip()]
 
 

@@ -71,7 +71,7 @@ def _settle(results: list[tuple[asyncio.Future | None, Any, BaseException | None
     for fut, value, exc in results:
         if fut is None:
             if exc is not None:
-                log.error("push queue file operation failed: %s", exc)
+                log.error("push queue file operation failed: %s", getattr(exc, "strerror", None) or type(exc).__name__)
         elif not fut.done():
             if exc is None:
                 fut.set_result(value)
@@ -231,7 +231,7 @@ class FileQueue:
             try:
                 jobs.append(Job.from_json(path.read_bytes()))
             except (ValueError, TypeError) as exc:
-                log.error("unreadable push job %s (%s); moved aside to %s", path.name, exc, self.root / "corrupt")
+                log.error("unreadable push job %s (%s); moved aside to the queue's corrupt/ folder", path.name, type(exc).__name__)
                 (self.root / "corrupt").mkdir(exist_ok=True)
                 os.replace(path, self.root / "corrupt" / path.name)
         cursors: dict[TaskKey, dict[str, int]] = {}
@@ -241,7 +241,7 @@ class FileQueue:
                 tenant, owner, task_id, config_id = data["key"]
                 seq = int(data["seq"])
             except (ValueError, KeyError, TypeError):
-                log.error("unreadable push cursor %s; removed", path)
+                log.error("unreadable push cursor %s; removed", path.name)
                 path.unlink()
                 continue
             try:
@@ -362,7 +362,7 @@ class FileQueue:
             try:
                 os.replace(self.pending / job.id, self.inflight / job.id)
             except FileNotFoundError:
-                log.error("push job %s vanished from %s", job.id, self.pending)
+                log.error("push job %s vanished from the pending folder", job.id)
                 self._mark_ready(lane)
                 continue
             lease = Lease(job, uuid.uuid4().hex)
@@ -437,7 +437,7 @@ class FileQueue:
                 data = json.loads(path.read_bytes())
                 found.append(DeadJob(path.name, Job(**data["job"]), data["error"], data["failed_at"]))
             except (ValueError, KeyError, TypeError, FileNotFoundError):
-                log.error("unreadable dead push job %s", path)
+                log.error("unreadable dead push job %s", path.name)
         found.sort(key=lambda d: (d.failed_at, d.id))
         return found[:limit]
 

@@ -515,8 +515,8 @@ class SqliteTaskStore:
                 return
             try:
                 wconn, rconn = await asyncio.to_thread(self._open_sync)
-            except (sqlite3.Error, OSError):
-                log.exception("task store: cannot open %s", self._path)
+            except (sqlite3.Error, OSError) as exc:
+                log.error("task store: cannot open the database file %s: %s", Path(self._path).name, type(exc).__name__)
                 raise _unavailable() from None
             self._rconn = rconn
             self._queue = queue.SimpleQueue()
