@@ -30,6 +30,7 @@ import grpc  # noqa: E402
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
 from tests.bench.common import HOST, METADATA, ServerProcess, user_message  # noqa: E402
+from tests.push_util import delete_prefix  # noqa: E402
 
 PY = sys.executable
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -107,18 +108,6 @@ async def _redis_ok() -> str:
         return f"Redis not reachable at {REDIS_URL}: {exc}"
 
 
-async def _drop_prefix(prefix: str) -> None:
-    import redis.asyncio as aioredis
-
-    client = aioredis.Redis.from_url(REDIS_URL)
-    try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
-
-
 async def _turn(stub, url: str, chunks: int) -> int:
     request = pb.SendMessageRequest(message=user_message(str(chunks)))
     request.configuration.task_push_notification_config.url = url
@@ -174,7 +163,7 @@ async def measure_queue(queue: str, tmp: pathlib.Path, tasks: int, chunks: int) 
         server.stop()
         await receiver.stop()
         if prefix:
-            await _drop_prefix(prefix)
+            await delete_prefix(prefix)
 
 
 async def bench_push(args, tmp: pathlib.Path) -> list[dict]:

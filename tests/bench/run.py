@@ -506,22 +506,18 @@ async def amain(args) -> dict:
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="a2a-bench-") as tmpdir:
         tmp = pathlib.Path(tmpdir)
+        sections = (
+            ("send", "send_message", "SendMessage throughput", bench_send),
+            ("stream", "streaming", "Streaming", bench_stream),
+            ("list", "list_tasks", "ListTasks", bench_list),
+            ("http", "http", "SendMessage over HTTP", bench_http),
+            ("push", "push", "Push delivery", bench_push),
+        )
         try:
-            if "send" in args.only:
-                print("SendMessage throughput ...", file=sys.stderr)
-                results["send_message"] = await bench_send(args, tmp)
-            if "stream" in args.only:
-                print("Streaming ...", file=sys.stderr)
-                results["streaming"] = await bench_stream(args, tmp)
-            if "list" in args.only:
-                print("ListTasks ...", file=sys.stderr)
-                results["list_tasks"] = await bench_list(args, tmp)
-            if "http" in args.only:
-                print("SendMessage over HTTP ...", file=sys.stderr)
-                results["http"] = await bench_http(args, tmp)
-            if "push" in args.only:
-                print("Push delivery ...", file=sys.stderr)
-                results["push"] = await bench_push(args, tmp)
+            for name, key, title, bench in sections:
+                if name in args.only:
+                    print(f"{title} ...", file=sys.stderr)
+                    results[key] = await bench(args, tmp)
         except BaseException:
             print_server_logs(tmp)
             raise
