@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -205,7 +205,3 @@ def load_agent(spec: str, **options: Any) -> Agent:
     if not isinstance(agent, Agent):
         raise ValueError(f"agent {spec!r}: object has no 'async def run(self, ctx)' method")
     return agent
-
-
-def ensure_sequence(value: Sequence[str] | str) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)

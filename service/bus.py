@@ -42,9 +42,6 @@ class InProcessBus:
         self._topics.setdefault(key, set()).add(sub)
         return sub
 
-    def has_subscribers(self, key: str) -> bool:
-        return bool(self._topics.get(key))
-
     def publish(self, key: str, events: list[StoredEvent]) -> None:
         for sub in self._topics.get(key, ()):
             for event in events:

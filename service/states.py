@@ -7,7 +7,6 @@ TERMINAL = frozenset(
 )
 INTERRUPTED = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
 SETTLED = TERMINAL | INTERRUPTED  # a turn ends here: requests return, streams close
-ACTIVE = frozenset({pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING})
 
 
 def state_name(state: int) -> str:
