@@ -29,6 +29,7 @@ class Settings:
     http_port: int = 8080  # 0 = any free port; -1 = no HTTP gateway
     data_dir: str = "data"
     store: str = ""  # default: sqlite in data_dir
+    store_commit_interval_ms: float = 3.0  # SQLite group commit: at most one commit per interval under load
     agent: str = "echo"
     command: str = ""  # argv for the `command` agent (shell-style quoting)
     command_grace_seconds: float = 5.0  # SIGTERM -> SIGKILL delay when a command turn is canceled
@@ -202,6 +203,8 @@ def validate(s: Settings) -> None:
         raise ConfigError("sse_keepalive_seconds: must be positive (seconds between keep-alive comments)")
     if s.card_max_age < 0:
         raise ConfigError("card_max_age: must not be negative")
+    if not 0 <= s.store_commit_interval_ms <= 1000:
+        raise ConfigError("store_commit_interval_ms: must be between 0 and 1000 (milliseconds between group commits)")
     if s.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"log_level: expected DEBUG, INFO, WARNING or ERROR, got {s.log_level!r}")
     from service.push.settings import validate_push  # imports this module

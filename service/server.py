@@ -117,7 +117,7 @@ class Service:
     async def _start_core(self, agent: object) -> None:
         """Store, engine, API and the gRPC server (with health and reflection)."""
         s = self.settings
-        self.store = open_store(s.store_url)
+        self.store = open_store(s.store_url, s.store_commit_interval_ms)
         await self.store.open()
         if s.push_notifications:
             self.push = PushNotifications.from_settings(s, self.store)

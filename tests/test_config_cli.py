@@ -27,6 +27,7 @@ def test_precedence_file_env_flags(tmp_path):
         ({"A2A_PUSH_NOTIFICATIONS": "maybe"}, "push_notifications (from environment A2A_PUSH_NOTIFICATIONS): expected true or false"),
         ({"A2A_AGENT": "command"}, "command: the command agent needs a program"),
         ({"A2A_LOG_LEVEL": "loud"}, "log_level"),
+        ({"A2A_STORE_COMMIT_INTERVAL_MS": "-1"}, "store_commit_interval_ms: must be between 0 and 1000"),
     ],
 )
 def test_bad_values_name_the_key(env, fragment):

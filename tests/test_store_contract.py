@@ -514,7 +514,7 @@ async def test_concurrent_saves_all_commit(sqlite_store, monkeypatch):
 
     def counting(self, conn, batch):
         batches.append(len(batch))
-        commit_batch(self, conn, batch)
+        return commit_batch(self, conn, batch)
 
     monkeypatch.setattr(SqliteTaskStore, "_commit_batch", counting)
     n = 500
@@ -560,7 +560,7 @@ async def test_failed_write_does_not_sink_its_batch(sqlite_store, caplog):
     raw = sqlite3.connect(sqlite_store._path, isolation_level=None)
     raw.execute("BEGIN IMMEDIATE")
     blocker = asyncio.ensure_future(sqlite_store.save(A, make_task("blocker"), []))
-    await asyncio.sleep(0.1)  # the writer took `blocker` and waits for the lock
+    await asyncio.sleep(0.1)  # `blocker` found the lock taken and waits (the loop does not)
     pending = asyncio.gather(
         *(sqlite_store.save(A, t, []) for t in good[:25]),
         sqlite_store.put_push_config(A, make_config("ok0", "new")),
@@ -575,7 +575,8 @@ async def test_failed_write_does_not_sink_its_batch(sqlite_store, caplog):
     raw.close()
     await blocker
     results = await pending
-    assert "batch of 54 failed" in caplog.text  # one batch, replayed call by call
+    assert "locked by another process" in caplog.text
+    assert "batch of 55 failed" in caplog.text  # one batch (with `blocker`), replayed call by call
     errors = [r for r in results if isinstance(r, BaseException)]
     assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
     assert str(errors[0]) == "task store unavailable"
@@ -588,6 +589,63 @@ async def test_failed_write_does_not_sink_its_batch(sqlite_store, caplog):
     assert (await sqlite_store.list(A, TaskQuery(state=COMPLETED))).total_size == 0
     assert (await sqlite_store.list(A, TaskQuery(state=WORKING))).total_size == 50
     assert (await sqlite_store.list(A, TaskQuery())).total_size == 52
+
+
+async def test_commit_interval_groups_writes_and_close_commits_them(tmp_path):
+    path = str(tmp_path / "interval.db")
+    s = SqliteTaskStore(path, commit_interval=60.0)
+    await s.open()
+    await s.save(A, make_task("first"), [])  # an idle store commits at once
+    second = asyncio.ensure_future(s.save(A, make_task("second"), []))
+    third = asyncio.ensure_future(s.save(A, make_task("third"), []))
+    await asyncio.sleep(0.2)
+    assert not second.done() and not third.done()  # they wait for the next commit slot
+    await s.close()  # which commits everything queued
+    assert second.done() and third.done() and second.exception() is None
+    again = SqliteTaskStore(path)
+    await again.open()
+    try:
+        assert {t.id for t in (await again.list(A, TaskQuery())).tasks} == {"first", "second", "third"}
+    finally:
+        await again.close()
+
+
+async def test_a_lock_held_too_long_fails_the_writes_not_the_store(sqlite_store, monkeypatch):
+    monkeypatch.setattr("service.store.sqlite._BUSY_TIMEOUT_S", 0.3)
+    raw = sqlite3.connect(sqlite_store._path, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        waiting = asyncio.ensure_future(sqlite_store.save(A, make_task("late"), []))
+        ticks = 0
+        while not waiting.done():  # the event loop keeps running while the write waits
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert ticks >= 5
+        with pytest.raises(RuntimeError, match="task store unavailable"):
+            await waiting
+        assert await sqlite_store.get(A, "late") is None  # reads still work
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+    await sqlite_store.save(A, make_task("after"), [])  # the lock is free again
+    assert (await sqlite_store.get(A, "after")).id == "after"
+
+
+async def test_the_wal_is_checkpointed_and_starts_over(sqlite_store, monkeypatch):
+    monkeypatch.setattr("service.store.sqlite._CHECKPOINT_BYTES", 256 * 1024)
+    monkeypatch.setattr("service.store.sqlite._CHECKPOINT_CHECK_S", 0.0)
+    wal = sqlite_store._path + "-wal"
+    blob = "x" * 4000
+    largest = 0
+    for round_ in range(40):
+        tasks = [make_task(f"t{round_}-{i}", us=i) for i in range(20)]
+        for t in tasks:
+            t.metadata["pad"] = blob
+        await asyncio.gather(*(sqlite_store.save(A, t, [status_event(t, 1)]) for t in tasks))
+        largest = max(largest, os.stat(wal).st_size)
+    # 40 rounds wrote > 3 MiB of frames; checkpoints kept restarting the WAL well below that.
+    assert largest < 2 * 1024 * 1024, largest
+    assert (await sqlite_store.list(A, TaskQuery())).total_size == 800
 
 
 async def test_errors_do_not_leak_paths(tmp_path, caplog):

@@ -1,11 +1,15 @@
-"""Durable task store on SQLite (WAL), with group commit.
+"""Durable task store on SQLite (WAL), with group commit on the event loop.
 
-Writes (`save`, `put_push_config`, `delete_push_config`) are queued to ONE
-writer thread that drains the queue and commits everything pending in a single
-transaction (group commit), then resolves each caller's future on its event
-loop. A write's coroutine returns only after its transaction committed; the
-queue is FIFO, so the order of calls is the order of commit. A caller that is
-cancelled while waiting does not un-queue its write.
+Writes (`save`, `put_push_config`, `delete_push_config`) are queued and
+committed together, in call order, in one transaction, by a callback on the
+event loop that owns the store; each caller's coroutine returns only after its
+transaction committed. When the store was idle the next write commits on the
+next loop iteration; under load commits happen at most once per
+`commit_interval` (default 3 ms), so every write that arrives in between
+shares one transaction. That is what makes the store cheap: a commit of 15
+saves costs little more than a commit of one, and no thread hand-off (and no
+fight for the GIL) sits on the path of a request. A cancelled caller does not
+un-queue its write.
 
 A batch first runs as a few multi-row statements (all saves at once, the last
 snapshot of each task, every event). If anything in it fails, the transaction
@@ -13,16 +17,18 @@ is rolled back and the batch is replayed one call at a time, each inside its
 own SAVEPOINT, so only the failing calls fail (e.g. a duplicate event
 sequence) and the others still commit.
 
+The loop never waits on a lock or on the disk: the writer connection does not
+wait when another process holds the write lock (the batch is retried with
+back-off, for up to 10 s, then fails), and WAL checkpoints (which fsync) run
+on a helper thread while commits pause, so each checkpoint finishes and the
+WAL file starts over instead of growing.
+
 Reads run on a separate read-only connection in one reader thread. In WAL
 mode readers never block the writer and see every committed transaction.
 
 `journal_mode=WAL` + `synchronous=NORMAL`: a commit is in the WAL file (the OS
 page cache) when it returns, so it survives kill -9 of the process; a power
 loss may drop the last transactions, which is outside our durability bar.
-
-Throughput knobs: a WAL checkpoint every ~40 MiB of WAL instead of SQLite's
-default 4 MiB (each checkpoint fsyncs, on the writer thread), and database
-pages read through mmap.
 
 ListTasks is keyset-paged over one index per filter combination and its
 `total_size` comes from counters (`task_counts`) that triggers on `tasks` keep
@@ -38,9 +44,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
+import os
 import sqlite3
-import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,11 +63,16 @@ SCHEMA_VERSION = 1
 _UNSETTLED = (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
 _UNSETTLED_SQL = "state IN ({}, {})".format(*(int(s) for s in _UNSETTLED))
 
-_MAX_BATCH = 1024  # operations per group-commit transaction
-_BUSY_TIMEOUT_MS = 10_000
-_WAL_AUTOCHECKPOINT_PAGES = 10_000
+DEFAULT_COMMIT_INTERVAL = 0.003  # seconds between group commits under load (config: ms)
+_MAX_BATCH = 512  # operations per transaction (bounds how long one commit holds the loop)
+_BUSY_TIMEOUT_S = 10.0  # how long writes wait for another process's write lock
+_BUSY_RETRY_S = (0.001, 0.05)  # first and longest pause between attempts
+_CHECKPOINT_BYTES = 16 * 1024 * 1024  # WAL size that triggers a checkpoint
+_CHECKPOINT_CHECK_S = 0.25  # how often the WAL size is looked at (one stat call)
 _MMAP_BYTES = 256 * 1024 * 1024  # read database pages through mmap (fewer syscalls)
-_WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes the WAL file is truncated to after a checkpoint
+# When the WAL starts over its file is cut back to this size, below the checkpoint
+# mark (else the file's size would keep calling for checkpoints).
+_WAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 
 def _count_change(row: str, sign: str) -> str:
@@ -214,12 +225,12 @@ def count_query(scope: Scope, query: TaskQuery) -> tuple[str, list[Any]]:
     return f"SELECT COUNT(*) FROM tasks INDEXED BY {_list_index(query)} WHERE {where}", params
 
 
-# ------------------------------------------------------- writer-thread bodies
+# ---------------------------------------------------------------- write bodies
 #
-# Everything here runs on the writer thread inside the batch transaction.
-# Every sqlite3 call releases and re-takes the GIL, which the event loop thread
-# holds most of the time under load, so a batch is written with as few calls
-# as possible: multi-row VALUES, and task_counts kept by triggers, not Python.
+# Everything here runs on the event loop inside the batch transaction. Every
+# sqlite3 call releases and re-takes the GIL (grpc's poller thread may take it
+# in between), so a batch is written with as few calls as possible: multi-row
+# VALUES, and task_counts kept by triggers, not Python.
 
 _TASK_UPSERT = (
     "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot)"
@@ -438,15 +449,16 @@ def _settle(items: list[tuple[asyncio.Future, Any, BaseException | None]]) -> No
 
 
 def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
+    busy_ms = int(_BUSY_TIMEOUT_S * 1000)  # the store sets the writer's to 0 once it is open
     conn = sqlite3.connect(
         path,
         isolation_level=None,  # autocommit; transactions are explicit
-        check_same_thread=False,  # opened here, then used by exactly one worker thread
-        timeout=_BUSY_TIMEOUT_MS / 1000,
+        check_same_thread=False,  # opened on a helper thread, used by one thread at a time
+        timeout=busy_ms / 1000,
         cached_statements=256,
     )
     try:
-        conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
         conn.execute("PRAGMA cache_size = -32000")  # 32 MiB
         conn.execute("PRAGMA temp_store = MEMORY")
         conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
@@ -455,9 +467,9 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
             if str(mode).lower() != "wal":
                 log.warning("task store: journal_mode is %s, not WAL", mode)
             conn.execute("PRAGMA synchronous = NORMAL")
-            # Checkpoint (copy the WAL back into the database, with fsyncs) every
-            # ~40 MiB of WAL instead of every 4 MiB: far fewer stalls of the writer.
-            conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT_PAGES}")
+            # No checkpoint inside COMMIT (it would fsync on the event loop): the store
+            # runs them on a helper thread (SqliteTaskStore._checkpoint).
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
         else:
             conn.execute("PRAGMA query_only = ON")
@@ -490,22 +502,34 @@ def _migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-_STOP = object()
+_Op = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future]
 
-_Op = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, asyncio.Future]
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Another connection holds the write lock (SQLITE_BUSY and its extended codes)."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
 
 
 class SqliteTaskStore:
     """`TaskStore` on one SQLite file in WAL mode; see the module docstring."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, commit_interval: float = DEFAULT_COMMIT_INTERVAL) -> None:
         self._path = path
+        self._commit_interval = max(0.0, commit_interval)
         self._lock = asyncio.Lock()
         self._open = False
-        self._queue: queue.SimpleQueue[_Op | object] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         self._reader: ThreadPoolExecutor | None = None
+        self._helper: ThreadPoolExecutor | None = None  # checkpoints, closing the writer
+        self._pending: list[_Op] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._last_commit = float("-inf")
+        self._busy_since: float | None = None
+        self._busy_pause = _BUSY_RETRY_S[0]
+        self._checkpoint: asyncio.Future | None = None
+        self._wal_checked = 0.0
 
     # ------------------------------------------------------------- lifecycle
 
@@ -518,23 +542,20 @@ class SqliteTaskStore:
             except (sqlite3.Error, OSError) as exc:
                 log.error("task store: cannot open the database file %s: %s", Path(self._path).name, type(exc).__name__)
                 raise _unavailable() from None
-            self._rconn = rconn
-            self._queue = queue.SimpleQueue()
+            self._loop = asyncio.get_running_loop()
+            self._wconn, self._rconn = wconn, rconn
+            self._pending = []
+            self._last_commit = float("-inf")
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-read")
-            self._writer = threading.Thread(
-                target=self._writer_main,
-                args=(wconn, self._queue),
-                name="task-store-write",
-                daemon=True,
-            )
-            self._writer.start()
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-checkpoint")
             self._open = True
 
     def _open_sync(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         wconn = _connect(self._path, writer=True)
         try:
-            _migrate(wconn)
+            _migrate(wconn)  # may wait for another process: this is a helper thread
+            wconn.execute("PRAGMA busy_timeout = 0")  # from now on it runs on the event loop
             rconn = _connect(self._path, writer=False)
         except BaseException:
             wconn.close()
@@ -542,19 +563,28 @@ class SqliteTaskStore:
         return wconn, rconn
 
     async def close(self) -> None:
-        """Commit everything queued, stop both threads, close the connections."""
+        """Commit everything queued, stop the threads, close the connections."""
         async with self._lock:
             if not self._open:
                 return
             self._open = False  # new calls fail from here on
-            writer, reader, rconn = self._writer, self._reader, self._rconn
-            self._queue.put(_STOP)
-            assert writer is not None and reader is not None and rconn is not None
-            await asyncio.to_thread(writer.join)
-            await asyncio.get_running_loop().run_in_executor(reader, rconn.close)
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+                self._flush_handle = None
+            if self._checkpoint is not None:
+                await asyncio.wait([self._checkpoint])
+            while self._pending:
+                if not self._flush():  # the write lock is held elsewhere: wait and retry
+                    await asyncio.sleep(self._busy_pause)
+            wconn, rconn, reader, helper = self._wconn, self._rconn, self._reader, self._helper
+            assert wconn is not None and rconn is not None and reader is not None and helper is not None
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(helper, wconn.close)  # may checkpoint: not on the loop
+            await loop.run_in_executor(reader, rconn.close)
             reader.shutdown(wait=True)
-            self._writer = self._reader = None
-            self._rconn = None
+            helper.shutdown(wait=True)
+            self._wconn = self._rconn = None
+            self._reader = self._helper = None
 
     # ---------------------------------------------------------------- writes
 
@@ -562,8 +592,13 @@ class SqliteTaskStore:
         if not self._open:
             raise RuntimeError("task store is not open")
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            raise RuntimeError("the task store is used from another event loop than the one that opened it")
         fut = loop.create_future()
-        self._queue.put((fn, args, loop, fut))  # before any await: call order = commit order
+        self._pending.append((fn, args, fut))  # before any await: call order = commit order
+        if self._flush_handle is None and self._checkpoint is None and self._busy_since is None:
+            wait = self._last_commit + self._commit_interval - loop.time()
+            self._schedule(wait)
         return fut
 
     async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
@@ -587,73 +622,91 @@ class SqliteTaskStore:
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> bool:
         return await self._write(_w_delete_config, (scope.tenant, scope.owner, task_id, config_id))
 
-    def _writer_main(self, conn: sqlite3.Connection, q: queue.SimpleQueue) -> None:
-        try:
-            stopping = False
-            while not stopping:
-                item = q.get()
-                batch: list[_Op] = []
-                while True:
-                    if item is _STOP:
-                        stopping = True
-                        break
-                    batch.append(item)  # type: ignore[arg-type]
-                    if len(batch) >= _MAX_BATCH:
-                        break
-                    try:
-                        item = q.get_nowait()
-                    except queue.Empty:
-                        break
-                if batch:
-                    self._commit_batch(conn, batch)
-            # Anything queued after close() began (another thread/loop racing it).
-            late: list[_Op] = []
-            while True:
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not _STOP:
-                    late.append(item)  # type: ignore[arg-type]
-            if late:
-                self._dispatch(late, [(None, RuntimeError("task store is closed"))] * len(late))
-        finally:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                log.exception("task store: closing the writer connection failed")
+    def _schedule(self, wait: float) -> None:
+        assert self._loop is not None
+        if wait > 0:
+            self._flush_handle = self._loop.call_later(wait, self._flush_soon)
+        else:
+            self._flush_handle = self._loop.call_soon(self._flush_soon)
 
-    def _commit_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
+    def _flush_soon(self) -> None:
+        self._flush_handle = None
+        if self._checkpoint is None and self._pending and self._flush():
+            self._maybe_checkpoint()
+        if self._pending and self._flush_handle is None and self._checkpoint is None:
+            # More than one batch was queued, or the write lock was busy.
+            self._schedule(self._busy_pause if self._busy_since is not None else self._commit_interval)
+
+    def _flush(self) -> bool:
+        """Commit the first batch of queued writes and settle their futures. False when
+        another process holds the write lock (the batch stays queued)."""
+        assert self._wconn is not None and self._loop is not None
+        batch = self._pending[:_MAX_BATCH]
+        outcomes = self._commit_batch(self._wconn, batch)
+        if outcomes is None:
+            now = self._loop.time()
+            if self._busy_since is None:
+                self._busy_since = now
+                log.warning("task store: the database is locked by another process; writes wait")
+            elif now - self._busy_since < _BUSY_TIMEOUT_S:
+                self._busy_pause = min(self._busy_pause * 2, _BUSY_RETRY_S[1])
+            else:
+                log.error("task store: the database stayed locked for %.0f s; %d write(s) failed",
+                          _BUSY_TIMEOUT_S, len(batch))
+                outcomes = [(None, _unavailable()) for _ in batch]
+            if outcomes is None:
+                return False
+        self._busy_since, self._busy_pause = None, _BUSY_RETRY_S[0]
+        del self._pending[: len(batch)]
+        self._last_commit = self._loop.time()
+        _settle([(fut, result, exc) for (_, _, fut), (result, exc) in zip(batch, outcomes, strict=True)])
+        return True
+
+    def _commit_batch(
+        self, conn: sqlite3.Connection, batch: list[_Op]
+    ) -> list[tuple[Any, BaseException | None]] | None:
+        """One transaction for the batch; None when the write lock is busy."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if _is_busy(exc):
+                return None
+            log.error("task store: cannot start a write transaction: %s", exc)
+            return [(None, _unavailable()) for _ in batch]
         try:
             try:
-                outcomes = self._run_fast(conn, batch)
+                return self._run_fast(conn, batch)
             except Exception as exc:
                 # Some call failed: undo the whole attempt and redo the batch with one
                 # savepoint per call, so only the failing calls fail.
                 log.debug("task store: batch of %d failed (%s); replaying it", len(batch), exc)
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                outcomes = self._run_isolated(conn, batch)
-        except Exception:  # the database (or a bug here): fail the batch, keep the thread
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.Error as again:
+                    if _is_busy(again):  # another process got in between: retry it all later
+                        return None
+                    raise
+                return self._run_isolated(conn, batch)
+        except Exception:  # the database (or a bug here): fail the batch, keep serving
             log.exception("task store: commit of %d writes failed", len(batch))
             try:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             except Exception:
                 log.exception("task store: rollback failed")
-            outcomes = [(None, _unavailable()) for _ in batch]
-        self._dispatch(batch, outcomes)
+            return [(None, _unavailable()) for _ in batch]
 
     @staticmethod
     def _run_fast(conn: sqlite3.Connection, batch: list[_Op]) -> list[tuple[Any, None]]:
         """The common case, every call succeeds: all saves at once, no savepoints."""
         results: list[tuple[Any, None]] = [(None, None)] * len(batch)
-        conn.execute("BEGIN IMMEDIATE")
-        saves = [args for fn, args, _, _ in batch if fn is _w_save]
+        saves = [args for fn, args, _ in batch if fn is _w_save]
         if saves:
             _w_save_many(conn, saves)
         if len(saves) < len(batch):
-            for i, (fn, args, _, _) in enumerate(batch):
+            for i, (fn, args, _) in enumerate(batch):
                 if fn is not _w_save:  # push configs (another table): in call order
                     results[i] = (fn(conn, *args), None)
         conn.execute("COMMIT")
@@ -664,8 +717,7 @@ class SqliteTaskStore:
         conn: sqlite3.Connection, batch: list[_Op]
     ) -> list[tuple[Any, BaseException | None]]:
         outcomes: list[tuple[Any, BaseException | None]] = []
-        conn.execute("BEGIN IMMEDIATE")
-        for fn, args, _, _ in batch:
+        for fn, args, _ in batch:
             conn.execute("SAVEPOINT op")
             try:
                 result = fn(conn, *args)
@@ -683,16 +735,41 @@ class SqliteTaskStore:
         conn.execute("COMMIT")
         return outcomes
 
-    @staticmethod
-    def _dispatch(batch: list[_Op], outcomes: list[tuple[Any, BaseException | None]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-        for (_, _, loop, fut), (result, exc) in zip(batch, outcomes, strict=True):
-            by_loop.setdefault(loop, []).append((fut, result, exc))
-        for loop, items in by_loop.items():  # one wake-up per loop per batch
-            try:
-                loop.call_soon_threadsafe(_settle, items)
-            except RuntimeError:  # that loop is closed; nobody is waiting any more
-                pass
+    # ------------------------------------------------------------ checkpoints
+
+    def _maybe_checkpoint(self) -> None:
+        """Start a checkpoint on the helper thread when the WAL has grown past its mark.
+
+        Commits pause while it runs (writes keep queueing), so it copies every frame
+        and the next commit starts the WAL file over; the event loop keeps serving.
+        """
+        assert self._loop is not None and self._helper is not None
+        now = self._loop.time()
+        if now - self._wal_checked < _CHECKPOINT_CHECK_S:
+            return
+        self._wal_checked = now
+        try:
+            size = os.stat(self._path + "-wal").st_size
+        except OSError:
+            return
+        if size < _CHECKPOINT_BYTES:
+            return
+        self._checkpoint = self._loop.run_in_executor(self._helper, self._checkpoint_sync)
+        self._checkpoint.add_done_callback(self._checkpoint_done)
+
+    def _checkpoint_sync(self) -> None:
+        assert self._wconn is not None
+        started = time.monotonic()
+        busy, frames, copied = self._wconn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        log.debug("task store: checkpoint copied %d of %d WAL frames in %.1f ms%s", copied, frames,
+                  1000 * (time.monotonic() - started), " (busy)" if busy else "")
+
+    def _checkpoint_done(self, fut: asyncio.Future) -> None:
+        self._checkpoint = None
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("task store: checkpoint failed: %s", fut.exception())
+        if self._open and self._pending and self._flush_handle is None:
+            self._schedule(0)
 
     # ----------------------------------------------------------------- reads
 
