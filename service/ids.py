@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 
 def uuid7() -> str:
@@ -21,4 +20,5 @@ def uuid7() -> str:
     value |= ((rand >> 62) & 0xFFF) << 64  # rand_a: 12 bits
     value |= 0b10 << 62  # variant
     value |= rand & ((1 << 62) - 1)  # rand_b: 62 bits
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -24,20 +24,22 @@ _STRUCT_TYPES = {"google.protobuf.Struct", "google.protobuf.Value", "google.prot
 
 
 @cache
-def _plan(descriptor: Descriptor) -> tuple[tuple[FieldDescriptor, bool], ...]:
-    """(field, required) for fields that are required or may contain required fields."""
+def _plan(descriptor: Descriptor) -> tuple[tuple[str, str, bool, bool, bool, bool], ...]:
+    """(name, JSON name, required, repeated, message, nested) of the fields that are
+    required or may contain required fields; computed once per message type."""
     plan = []
     for field in descriptor.fields:
         behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
         required = _REQUIRED in behaviors
+        is_message = field.type == FieldDescriptor.TYPE_MESSAGE
         nested = (
-            field.type == FieldDescriptor.TYPE_MESSAGE
+            is_message
             and field.message_type.full_name not in _STRUCT_TYPES
             and not field.message_type.GetOptions().map_entry
             and bool(_plan(field.message_type))
         )
         if required or nested:
-            plan.append((field, required))
+            plan.append((field.name, field.json_name, required, _is_repeated(field), is_message, nested))
     return tuple(plan)
 
 
@@ -47,24 +49,22 @@ def _is_repeated(field: FieldDescriptor) -> bool:
 
 def check_required(message: ProtoMessage, prefix: str = "") -> None:
     """Raise InvalidParams naming the first REQUIRED field that is missing."""
-    for field, required in _plan(message.DESCRIPTOR):
-        path = f"{prefix}{field.json_name}"
-        value = getattr(message, field.name)
-        if _is_repeated(field):
+    for name, json_name, required, repeated, is_message, nested in _plan(message.DESCRIPTOR):
+        value = getattr(message, name)
+        if repeated:
             if required and len(value) == 0:
-                raise invalid_field(path, "is required and must not be empty")
-            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                raise invalid_field(f"{prefix}{json_name}", "is required and must not be empty")
+            if nested:
                 for i, item in enumerate(value):
-                    check_required(item, f"{path}[{i}].")
-            continue
-        if field.type == FieldDescriptor.TYPE_MESSAGE:
-            present = message.HasField(field.name)
+                    check_required(item, f"{prefix}{json_name}[{i}].")
+        elif is_message:
+            present = message.HasField(name)
             if required and not present:
-                raise invalid_field(path, "is required")
-            if present:
-                check_required(value, f"{path}.")
+                raise invalid_field(f"{prefix}{json_name}", "is required")
+            if present and nested:
+                check_required(value, f"{prefix}{json_name}.")
         elif required and not value:
-            raise invalid_field(path, "is required")
+            raise invalid_field(f"{prefix}{json_name}", "is required")
 
 
 def check_id(value: str, field: str, *, required: bool = False) -> None:

@@ -20,7 +20,7 @@ from gen import a2a_pb2 as pb
 from service.store import open_store
 from service.store.base import Scope, StoredEvent, TaskQuery
 from service.store.memory import MemoryTaskStore
-from service.store.sqlite import SCHEMA_VERSION, SqliteTaskStore, count_query, page_query
+from service.store.sqlite import SCHEMA_VERSION, SqliteTaskStore, _pack_events, _unpack_events, count_query, page_query
 from service.timeutil import micros_to_timestamp, status_micros
 
 REPO = Path(__file__).resolve().parents[1]
@@ -589,6 +589,13 @@ async def test_failed_write_does_not_sink_its_batch(sqlite_store, caplog):
     assert (await sqlite_store.list(A, TaskQuery(state=COMPLETED))).total_size == 0
     assert (await sqlite_store.list(A, TaskQuery(state=WORKING))).total_size == 50
     assert (await sqlite_store.list(A, TaskQuery())).total_size == 52
+
+
+def test_event_runs_pack_and_unpack():
+    sizes = [0, 1, 127, 128, 300, 16383, 16384, 70000]
+    events = [(seq, bytes([seq % 251]) * size) for seq, size in zip([1, 127, 128, 16383, 16384, 2**21, 2**35, 7], sizes)]
+    assert _unpack_events(_pack_events(events)) == events
+    assert _unpack_events(b"") == []
 
 
 async def test_commit_interval_groups_writes_and_close_commits_them(tmp_path):

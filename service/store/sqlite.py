@@ -243,7 +243,14 @@ _EVENT_INSERT = (
 )
 
 
+_ONE_BYTE = [bytes((v,)) for v in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while True:
         byte = value & 0x7F
