@@ -20,7 +20,14 @@ from gen import a2a_pb2 as pb
 from service.store import open_store
 from service.store.base import Scope, StoredEvent, TaskQuery
 from service.store.memory import MemoryTaskStore
-from service.store.sqlite import SCHEMA_VERSION, SqliteTaskStore, _pack_events, _unpack_events, count_query, page_query
+from service.store.sqlite import (
+    SCHEMA_VERSION,
+    SqliteTaskStore,
+    _pack_events,
+    _unpack_events,
+    count_query,
+    page_query,
+)
 from service.timeutil import micros_to_timestamp, status_micros
 
 REPO = Path(__file__).resolve().parents[1]
