@@ -600,7 +600,7 @@ async def test_failed_write_does_not_sink_its_batch(sqlite_store, caplog):
 
 def test_event_runs_pack_and_unpack():
     sizes = [0, 1, 127, 128, 300, 16383, 16384, 70000]
-    events = [(seq, bytes([seq % 251]) * size) for seq, size in zip([1, 127, 128, 16383, 16384, 2**21, 2**35, 7], sizes)]
+    events = [(seq, bytes([seq % 251]) * size) for seq, size in zip([1, 127, 128, 16383, 16384, 2**21, 2**35, 7], sizes, strict=True)]
     assert _unpack_events(_pack_events(events)) == events
     assert _unpack_events(b"") == []
 
