@@ -3,13 +3,13 @@
 Writes (`save`, `put_push_config`, `delete_push_config`) are queued and
 committed together, in call order, in one transaction, by a callback on the
 event loop that owns the store; each caller's coroutine returns only after its
-transaction committed. When the store was idle the next write commits on the
-next loop iteration; under load commits happen at most once per
-`commit_interval` (default 3 ms), so every write that arrives in between
-shares one transaction. That is what makes the store cheap: a commit of 15
-saves costs little more than a commit of one, and no thread hand-off (and no
-fight for the GIL) sits on the path of a request. A cancelled caller does not
-un-queue its write.
+transaction committed. A lone caller's write commits on the next loop
+iteration; when independent callers write, commits wait for the next slot
+(`commit_interval`, default 3 ms, after the last one) so that all their writes
+share one transaction (service.store.pacing decides which case it is). That is
+what makes the store cheap: a commit of 15 saves costs little more than a
+commit of one, and no thread hand-off (and no fight for the GIL) sits on the
+path of a request. A cancelled caller does not un-queue its write.
 
 A batch first runs as a few multi-row statements (all saves at once, the last
 snapshot of each task, every event). If anything in it fails, the transaction
@@ -54,6 +54,7 @@ from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
+from service.store.pacing import CommitPacer
 from service.timeutil import status_micros
 
 log = logging.getLogger(__name__)
@@ -522,7 +523,8 @@ class SqliteTaskStore:
 
     def __init__(self, path: str, commit_interval: float = DEFAULT_COMMIT_INTERVAL) -> None:
         self._path = path
-        self._commit_interval = max(0.0, commit_interval)
+        self._commit_interval = commit_interval
+        self._pacer = CommitPacer(commit_interval)
         self._lock = asyncio.Lock()
         self._open = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -532,7 +534,6 @@ class SqliteTaskStore:
         self._helper: ThreadPoolExecutor | None = None  # checkpoints, closing the writer
         self._pending: list[_Op] = []
         self._flush_handle: asyncio.Handle | None = None
-        self._last_commit = float("-inf")
         self._busy_since: float | None = None
         self._busy_pause = _BUSY_RETRY_S[0]
         self._checkpoint: asyncio.Future | None = None
@@ -552,7 +553,7 @@ class SqliteTaskStore:
             self._loop = asyncio.get_running_loop()
             self._wconn, self._rconn = wconn, rconn
             self._pending = []
-            self._last_commit = float("-inf")
+            self._pacer = CommitPacer(self._commit_interval)
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-read")
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-checkpoint")
             self._open = True
@@ -603,9 +604,13 @@ class SqliteTaskStore:
             raise RuntimeError("the task store is used from another event loop than the one that opened it")
         fut = loop.create_future()
         self._pending.append((fn, args, fut))  # before any await: call order = commit order
-        if self._flush_handle is None and self._checkpoint is None and self._busy_since is None:
-            wait = self._last_commit + self._commit_interval - loop.time()
-            self._schedule(wait)
+        if self._checkpoint is not None or self._busy_since is not None:
+            return fut  # the end of the checkpoint, or the retry timer, flushes
+        when = self._pacer.on_write(loop.time(), len(self._pending), self._flush_handle is not None)
+        if when is not None:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            self._schedule(when)
         return fut
 
     async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
@@ -642,7 +647,7 @@ class SqliteTaskStore:
             self._maybe_checkpoint()
         if self._pending and self._flush_handle is None and self._checkpoint is None:
             # More than one batch was queued, or the write lock was busy.
-            self._schedule(self._busy_pause if self._busy_since is not None else self._commit_interval)
+            self._schedule(self._busy_pause if self._busy_since is not None else 0)
 
     def _flush(self) -> bool:
         """Commit the first batch of queued writes and settle their futures. False when
@@ -665,7 +670,7 @@ class SqliteTaskStore:
                 return False
         self._busy_since, self._busy_pause = None, _BUSY_RETRY_S[0]
         del self._pending[: len(batch)]
-        self._last_commit = self._loop.time()
+        self._pacer.on_commit(self._loop.time(), len(batch))
         _settle([(fut, result, exc) for (_, _, fut), (result, exc) in zip(batch, outcomes, strict=True)])
         return True
 

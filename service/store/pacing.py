@@ -1,0 +1,78 @@
+"""When a group commit should happen: at once, or at the next commit slot.
+
+Waiting for a slot lets the writes of independent callers share one
+transaction (the store's main cost), but it only slows down a caller that
+waits for each commit before writing again, as a lone client does. The pacer
+tells the cases apart from what the batches held:
+
+- Writes commit at once (on the next loop iteration) while batches hold one
+  write each. Two or more writes in one batch mean independent writers: from
+  then on, writes wait for the next slot (`interval` after the last commit).
+- A batch that waited the whole slot counts the writers at work (the largest
+  of the last three such counts, so one lull does not shrink the batches).
+  When they are few (at most `few`), batches close as soon as that many
+  writes are queued, for `measure_every`, and then a whole slot is waited
+  again to count afresh: two callers do not each wait 3 ms for a third that
+  never comes, while thirty get batches as large as the slot allows.
+- A batch that waited the whole slot and still held one write means a lone
+  caller: back to committing at once; a slot is tried again (a probe) only
+  after `probe_every`, to notice when others join.
+"""
+
+from __future__ import annotations
+
+
+class CommitPacer:
+    """The decisions of one store's writer; times are the event loop's clock."""
+
+    def __init__(self, interval: float, *, few: int = 4, measure_every: float = 0.1,
+                 probe_every: float = 1.0) -> None:
+        self.interval = max(0.0, interval)
+        self.few = few
+        self.measure_every = measure_every
+        self.probe_every = probe_every
+        self.grouping = False  # writes wait for the slot
+        self.last_commit = float("-inf")
+        self._counts: tuple[int, ...] = ()  # sizes of the last batches that waited a whole slot
+        self._writers = 0  # writers at work, as those batches counted them
+        self._counted_until = float("-inf")
+        self._next_probe = float("-inf")
+        self._waiting = False  # the batch being gathered waits for the slot
+        self._closing_early = False  # ... and may close once `_writers` writes are in
+
+    def on_write(self, now: float, pending: int, scheduled: bool) -> float | None:
+        """A write was queued (`pending` writes now). Returns when the batch should
+        commit (seconds from now; 0 = the next loop iteration), or None to keep the
+        current schedule."""
+        if not scheduled:
+            wait = self.last_commit + self.interval - now
+            self._waiting = wait > 0 and (self.grouping or now >= self._next_probe)
+            self._closing_early = self._waiting and now < self._counted_until and self._writers <= self.few
+            if not self._waiting:
+                return 0.0
+            if self._closing_early and pending >= self._writers:
+                self._waiting = False
+                return 0.0
+            return wait
+        if self._waiting and self._closing_early and pending >= self._writers:
+            self._waiting = False  # every writer of the last count is in
+            return 0.0
+        return None
+
+    def on_commit(self, now: float, size: int) -> None:
+        """A batch of `size` writes committed at `now`."""
+        waited_whole_slot = self._waiting
+        self._waiting = False
+        self.last_commit = now
+        if waited_whole_slot:
+            self._counts = (*self._counts[-2:], size)
+            self._writers = max(self._counts)
+            self._counted_until = now + self.measure_every
+            if size <= 1:  # a lone caller: the wait gathered nothing
+                self.grouping = False
+                self._next_probe = now + self.probe_every
+                return
+        if size > 1 and not self.grouping:
+            # Independent writers appeared: wait whole slots until they are counted.
+            self.grouping = True
+            self._counts, self._counted_until = (), float("-inf")

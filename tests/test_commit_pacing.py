@@ -1,0 +1,107 @@
+"""The group-commit pacer (service.store.pacing), driven with a made-up clock."""
+
+from __future__ import annotations
+
+from service.store.pacing import CommitPacer
+
+SLOT = 0.003
+
+
+def commit_one_at_a_time(pacer: CommitPacer, now: float, count: int, gap: float = 0.001) -> float:
+    """A lone caller: writes, waits for its commit, writes again `gap` later."""
+    for _ in range(count):
+        when = pacer.on_write(now, 1, scheduled=False)
+        now += when
+        pacer.on_commit(now, 1)
+        now += gap
+    return now
+
+
+def test_a_lone_caller_commits_at_once_except_for_a_rare_probe():
+    pacer = CommitPacer(SLOT, probe_every=1.0)
+    waits = []
+    now = 10.0
+    for _ in range(3000):  # ~3 s of one caller writing every millisecond
+        when = pacer.on_write(now, 1, scheduled=False)
+        waits.append(when)
+        now += when
+        pacer.on_commit(now, 1)
+        now += 0.001
+    slow = [w for w in waits if w > 0]
+    assert len(slow) <= 4, slow  # one probe per second, which finds nobody else
+    assert not pacer.grouping
+
+
+def test_independent_writers_switch_to_the_slot_and_stay():
+    pacer = CommitPacer(SLOT)
+    now = commit_one_at_a_time(pacer, 10.0, 5)
+    assert pacer.on_write(now, 1, scheduled=False) == 0.0  # at once...
+    assert pacer.on_write(now, 2, scheduled=True) is None  # a second caller joins the batch
+    pacer.on_commit(now, 2)
+    assert pacer.grouping  # two writes in one batch: independent writers
+    for _ in range(10):  # thirty callers
+        now += 0.0005
+        wait = pacer.on_write(now, 1, scheduled=False)
+        assert 0 < wait <= SLOT
+        for queued in range(2, 31):
+            assert pacer.on_write(now, queued, scheduled=True) is None  # thirty is not "few"
+        now += wait
+        pacer.on_commit(now, 30)
+    assert pacer.grouping
+
+
+def test_few_writers_close_the_batch_when_all_are_in():
+    pacer = CommitPacer(SLOT, few=4, measure_every=0.1)
+    now = 10.0
+    pacer.on_write(now, 1, scheduled=False)
+    pacer.on_write(now, 2, scheduled=True)
+    pacer.on_commit(now, 2)  # grouping now
+    now += 0.001
+    wait = pacer.on_write(now, 1, scheduled=False)
+    assert wait > 0
+    pacer.on_write(now, 2, scheduled=True)
+    now += wait
+    pacer.on_commit(now, 2)  # waited the whole slot and counted two writers
+    now += 0.0005
+    assert pacer.on_write(now, 1, scheduled=False) > 0  # one of two: wait for the other
+    assert pacer.on_write(now, 2, scheduled=True) == 0.0  # both in: commit now
+    pacer.on_commit(now, 2)
+    now += 0.2  # the count is old: the next batch waits the whole slot to count again
+    pacer.on_commit(now, 2)
+    now += 0.0005
+    assert pacer.on_write(now, 1, scheduled=False) > 0
+    assert pacer.on_write(now, 2, scheduled=True) is None
+
+
+def test_a_slot_that_gathers_one_write_goes_back_to_at_once():
+    pacer = CommitPacer(SLOT, probe_every=1.0)
+    now = 10.0
+    pacer.on_write(now, 1, scheduled=False)
+    pacer.on_write(now, 2, scheduled=True)
+    pacer.on_commit(now, 2)
+    now += 0.001
+    wait = pacer.on_write(now, 1, scheduled=False)
+    assert wait > 0
+    now += wait
+    pacer.on_commit(now, 1)  # the others are gone
+    assert not pacer.grouping
+    now += 0.001
+    assert pacer.on_write(now, 1, scheduled=False) == 0.0
+
+
+def test_an_idle_store_commits_at_once():
+    pacer = CommitPacer(SLOT)
+    pacer.on_write(10.0, 1, scheduled=False)
+    pacer.on_write(10.0, 5, scheduled=True)
+    pacer.on_commit(10.0, 5)
+    assert pacer.grouping
+    assert pacer.on_write(11.0, 1, scheduled=False) == 0.0  # the slot is long past
+
+
+def test_interval_zero_never_waits():
+    pacer = CommitPacer(0.0)
+    now = 10.0
+    for size in (1, 5, 1, 9):
+        assert pacer.on_write(now, 1, scheduled=False) == 0.0
+        pacer.on_commit(now, size)
+        now += 0.0001
