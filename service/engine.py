@@ -101,11 +101,13 @@ class Engine:
         agent: Agent,
         bus: InProcessBus | None = None,
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
+        event_pace: float = 0.0,
     ) -> None:
         self.store = store
         self.agent = agent
         self.bus = bus or InProcessBus()
         self.on_commit = on_commit  # called synchronously after each committed batch of events
+        self.event_pace = event_pace  # see TaskRun: seconds of a running agent's events per commit
         self._runs: dict[tuple[Scope, str], TaskRun] = {}
 
     # ---- startup -----------------------------------------------------------
@@ -126,6 +128,7 @@ class Engine:
         run = TaskRun(
             store=self.store, bus=self.bus, scope=scope, task_id=task_id,
             context_id=context_id, task=task, on_idle=self._forget, on_commit=self.on_commit,
+            pace=self.event_pace,
         )
         self._runs[(scope, task_id)] = run
         return run
@@ -147,7 +150,8 @@ class Engine:
                 return run
             return await self._claim(scope, task_id)
         run = TaskRun(store=self.store, bus=self.bus, scope=scope, task_id=task_id,
-                      context_id="", on_idle=self._forget, on_commit=self.on_commit)
+                      context_id="", on_idle=self._forget, on_commit=self.on_commit,
+                      pace=self.event_pace)
         run.ready = asyncio.get_running_loop().create_future()
         self._runs[key] = run
         try:

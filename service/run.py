@@ -39,6 +39,7 @@ class TaskRun:
         seq: int = 0,
         on_idle: Callable[[TaskRun], None] | None = None,
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
+        pace: float = 0.0,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -64,6 +65,12 @@ class TaskRun:
         self.failed_commit: BaseException | None = None
         self.committed_seq = seq
         self._commit_signal: asyncio.Future[None] | None = None
+        # While the agent is still emitting, a commit waits until `pace` after the
+        # previous one, so a chatty agent's events share commits (a lone streaming
+        # agent is what the store's own pacing cannot see: one writer, many events).
+        self._pace = pace
+        self._last_save = float("-inf")
+        self._lingering: asyncio.Future[None] | None = None
 
     # ---- state -----------------------------------------------------------
 
@@ -224,6 +231,8 @@ class TaskRun:
         self._flushing = True
         try:
             while self._pending:
+                if self._pace and self.agent_alive and self.input_waiter is None:
+                    await self._linger()
                 batch, self._pending = self._pending, []
                 assert self.task is not None
                 try:
@@ -239,6 +248,7 @@ class TaskRun:
                         self._commit_signal.set_result(None)
                     return
                 self.committed_seq = batch[-1].seq
+                self._last_save = asyncio.get_running_loop().time()
                 if self._commit_signal is not None and not self._commit_signal.done():
                     self._commit_signal.set_result(None)
                 self.bus.publish(self.key, batch)
@@ -251,6 +261,24 @@ class TaskRun:
             if self._drained is not None and not self._drained.done():
                 self._drained.set_result(None)
             self._drained = None
+
+    async def _linger(self) -> None:
+        """Wait until `pace` after the previous commit, or until the turn ends."""
+        loop = asyncio.get_running_loop()
+        wait = self._last_save + self._pace - loop.time()
+        if wait <= 0:
+            return
+        self._lingering = loop.create_future()
+        timer = loop.call_later(wait, self._end_linger)
+        try:
+            await self._lingering
+        finally:
+            timer.cancel()
+            self._lingering = None
+
+    def _end_linger(self) -> None:
+        if self._lingering is not None and not self._lingering.done():
+            self._lingering.set_result(None)
 
     async def committed(self, seq: int) -> None:
         """Wait until event `seq` is durable (not for later events to be emitted)."""
@@ -295,6 +323,7 @@ class TaskRun:
     async def finish(self) -> None:
         """After the agent coroutine ended: commit everything, wake waiters, unregister."""
         turn = self.turn
+        self._end_linger()  # the agent is done: what it emitted last commits now
         try:
             await self.flushed()
         except BaseException:  # already logged by the flusher

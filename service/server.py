@@ -122,7 +122,8 @@ class Service:
         if s.push_notifications:
             self.push = PushNotifications.from_settings(s, self.store)
         self.engine = Engine(self.push.store if self.push else self.store, agent,
-                             on_commit=self.push.on_commit if self.push else None)
+                             on_commit=self.push.on_commit if self.push else None,
+                             event_pace=s.store_commit_interval_ms / 1000)
         lost = await self.engine.recover()
         if lost:
             log.warning("marked %d task(s) FAILED that were running when the server last stopped", lost)

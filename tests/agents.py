@@ -72,5 +72,10 @@ class ScriptedAgent:
             await ctx.artifact(" ".join(sorted(ctx.caller.metadata)), name="metadata")
         elif word == "reject":
             await ctx.reject("no thanks")
+        elif word == "burst":  # many chunks, yielding to the loop between them
+            art = None
+            for i in range(int(rest or 10)):
+                art = await ctx.artifact(f"b{i}", artifact_id=art, append=i > 0)
+                await asyncio.sleep(0)
         else:
             await ctx.artifact(ctx.text, name="echo")

@@ -128,3 +128,30 @@ async def test_cancel_right_after_start_cancels(service):
     turn = await service.engine.send(Scope(), user_message("hang"), None, return_immediately=True)
     canceled = await service.engine.cancel(Scope(), turn.run.task_id)  # before the agent's first step
     assert canceled.status.state == pb.TASK_STATE_CANCELED
+
+
+@pytest.mark.parametrize(("interval_ms", "most_saves"), [(60_000, 3), (0, None)])
+async def test_a_running_agents_events_share_commits_and_its_end_commits_at_once(tmp_path, interval_ms, most_saves):
+    s = Service(make_settings(tmp_path, store="memory:", agent="tests.agents:ScriptedAgent",
+                              push_notifications=False, store_commit_interval_ms=interval_ms))
+    await s.start()
+    try:
+        saves: list[int] = []
+        real = s.engine.store.save
+
+        async def counting(scope, task, events):
+            saves.append(len(events))
+            await real(scope, task, events)
+
+        s.engine.store.save = counting
+        # A pace of 60 s: the answer still comes at once, because the agent's end ends the wait.
+        task = (await asyncio.wait_for(s.api.SendMessage(request("burst 200"), CALL), 10)).task
+        assert task.status.state == pb.TASK_STATE_COMPLETED
+        assert len(task.artifacts[0].parts) == 200
+        assert sum(saves) == 203  # snapshot, WORKING, 200 chunks, COMPLETED: nothing lost
+        if most_saves is not None:
+            assert len(saves) <= most_saves, saves  # the chunks shared commits
+        else:
+            assert len(saves) > 50, saves  # no pace: about one commit per loop iteration
+    finally:
+        await s.stop()
