@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import sys
@@ -626,23 +627,105 @@ async def test_commit_interval_groups_writes_and_close_commits_them(tmp_path):
 
 async def test_a_lock_held_too_long_fails_the_writes_not_the_store(sqlite_store, monkeypatch):
     monkeypatch.setattr("service.store.sqlite._BUSY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("service.store.sqlite._MAX_BATCH", 1)
     raw = sqlite3.connect(sqlite_store._path, isolation_level=None)
     raw.execute("BEGIN IMMEDIATE")
     try:
-        waiting = asyncio.ensure_future(sqlite_store.save(A, make_task("late"), []))
+        waiting = [asyncio.ensure_future(sqlite_store.save(A, make_task(f"late{i}"), [])) for i in range(3)]
         ticks = 0
-        while not waiting.done():  # the event loop keeps running while the write waits
+        while not waiting[0].done():  # the event loop keeps running while the writes wait
             await asyncio.sleep(0.01)
             ticks += 1
         assert ticks >= 5
-        with pytest.raises(RuntimeError, match="task store unavailable"):
-            await waiting
-        assert await sqlite_store.get(A, "late") is None  # reads still work
+        await asyncio.sleep(0)
+        assert all(w.done() for w in waiting)  # all queued writes give up together
+        for w in waiting:
+            with pytest.raises(RuntimeError, match="task store unavailable"):
+                await w
+        assert await sqlite_store.get(A, "late0") is None  # reads still work
     finally:
         raw.execute("ROLLBACK")
         raw.close()
     await sqlite_store.save(A, make_task("after"), [])  # the lock is free again
     assert (await sqlite_store.get(A, "after")).id == "after"
+
+
+async def test_a_cancelled_close_fails_what_is_queued_and_the_store_reopens(tmp_path):
+    path = str(tmp_path / "cancelled-close.db")
+    s = SqliteTaskStore(path)
+    await s.open()
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")  # the queued write cannot commit
+    try:
+        queued = asyncio.ensure_future(s.save(A, make_task("queued"), []))
+        await asyncio.sleep(0.05)
+        closing = asyncio.ensure_future(s.close())
+        await asyncio.sleep(0.05)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        with pytest.raises(RuntimeError, match="task store is closed"):
+            await asyncio.wait_for(queued, 5)
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+    await s.open()
+    try:
+        await asyncio.wait_for(s.save(A, make_task("after"), []), 5)
+        assert (await s.get(A, "after")).id == "after"
+        assert await s.get(A, "queued") is None
+    finally:
+        await s.close()
+
+
+STRACED_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys, threading
+    import service.store.sqlite as sq
+    from gen import a2a_pb2 as pb
+    from service.store.base import Scope, StoredEvent
+
+    sq._CHECKPOINT_BYTES = 64 * 1024
+    sq._CHECKPOINT_CHECK_S = 0.0
+
+    async def main(path):
+        store = sq.SqliteTaskStore(path)
+        await store.open()
+        for round_ in range(30):
+            tasks = [pb.Task(id=f"t{round_}-{i}", context_id="c") for i in range(20)]
+            for t in tasks:
+                t.metadata["pad"] = "x" * 3000
+            await asyncio.gather(*(store.save(Scope("", ""), t, [StoredEvent(1, pb.StreamResponse(task=t))])
+                                   for t in tasks))
+        await store.close()
+        print("loop thread", threading.get_native_id(), flush=True)
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+async def test_the_event_loop_thread_never_syncs_to_disk(tmp_path):
+    # Commits run on the event loop; fsyncs (checkpoints, the first write into a fresh
+    # WAL, the final close) must all happen on helper threads. strace tells which thread.
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("strace is needed for this test (it is on the CI machine)")
+        pytest.skip("strace is not installed: cannot see which thread syncs")
+    trace = tmp_path / "syncs.txt"
+    proc = await asyncio.create_subprocess_exec(
+        strace, "-f", "-e", "trace=fsync,fdatasync", "-o", str(trace),
+        sys.executable, "-c", STRACED_CHILD, str(tmp_path / "traced.db"),
+        cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    loop_tid = out.decode().split("loop thread", 1)[1].split()[0]
+    syncs = [line for line in trace.read_text().splitlines() if "sync(" in line]
+    assert len(syncs) >= 3, syncs  # checkpoints happened (the test would prove nothing otherwise)
+    on_loop = [line for line in syncs if line.split()[0] == loop_tid]
+    assert not on_loop, on_loop
 
 
 async def test_the_wal_is_checkpointed_and_starts_over(sqlite_store, monkeypatch):

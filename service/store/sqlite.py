@@ -18,10 +18,12 @@ own SAVEPOINT, so only the failing calls fail (e.g. a duplicate event
 sequence) and the others still commit.
 
 The loop never waits on a lock or on the disk: the writer connection does not
-wait when another process holds the write lock (the batch is retried with
-back-off, for up to 10 s, then fails), and WAL checkpoints (which fsync) run
-on a helper thread while commits pause, so each checkpoint finishes and the
-WAL file starts over instead of growing.
+wait when another process holds the write lock (writes are retried with
+back-off for up to 10 s, then everything queued fails), and every fsync runs
+on a helper thread: WAL checkpoints run there while commits pause (so each
+one finishes and the WAL file starts over instead of growing), followed by
+the first write into the fresh WAL (which syncs its header), and so does the
+final close. A test traces the syscalls to hold this.
 
 Reads run on a separate read-only connection in one reader thread. In WAL
 mode readers never block the writer and see every committed transaction.
@@ -513,6 +515,19 @@ def _migrate(conn: sqlite3.Connection) -> None:
 _Op = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future]
 
 
+def _restart_wal(conn: sqlite3.Connection) -> None:
+    """Write one frame now (on a helper thread), so that the first write into a fresh
+    WAL, which syncs the WAL header and trims the file, is not a commit on the loop."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:  # e.g. another process writes: its commit restarts the WAL
+        log.debug("task store: WAL restart skipped: %s", exc)
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     """Another connection holds the write lock (SQLITE_BUSY and its extended codes)."""
     return getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
@@ -554,6 +569,8 @@ class SqliteTaskStore:
             self._wconn, self._rconn = wconn, rconn
             self._pending = []
             self._pacer = CommitPacer(self._commit_interval)
+            self._flush_handle = self._checkpoint = self._busy_since = None
+            self._busy_pause = _BUSY_RETRY_S[0]
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-read")
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-checkpoint")
             self._open = True
@@ -563,6 +580,7 @@ class SqliteTaskStore:
         wconn = _connect(self._path, writer=True)
         try:
             _migrate(wconn)  # may wait for another process: this is a helper thread
+            _restart_wal(wconn)
             wconn.execute("PRAGMA busy_timeout = 0")  # from now on it runs on the event loop
             rconn = _connect(self._path, writer=False)
         except BaseException:
@@ -579,20 +597,28 @@ class SqliteTaskStore:
             if self._flush_handle is not None:
                 self._flush_handle.cancel()
                 self._flush_handle = None
-            if self._checkpoint is not None:
-                await asyncio.wait([self._checkpoint])
-            while self._pending:
-                if not self._flush():  # the write lock is held elsewhere: wait and retry
-                    await asyncio.sleep(self._busy_pause)
-            wconn, rconn, reader, helper = self._wconn, self._rconn, self._reader, self._helper
-            assert wconn is not None and rconn is not None and reader is not None and helper is not None
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(helper, wconn.close)  # may checkpoint: not on the loop
-            await loop.run_in_executor(reader, rconn.close)
-            reader.shutdown(wait=True)
-            helper.shutdown(wait=True)
-            self._wconn = self._rconn = None
-            self._reader = self._helper = None
+            try:
+                if self._checkpoint is not None:
+                    await asyncio.wait([self._checkpoint])
+                while self._pending:
+                    if not self._flush():  # the write lock is held elsewhere: wait and retry
+                        await asyncio.sleep(self._busy_pause)
+            finally:
+                # Also when close() itself is cancelled: what did not commit fails, nothing hangs.
+                left, self._pending = self._pending, []
+                _settle([(fut, None, RuntimeError("task store is closed")) for _, _, fut in left])
+                self._busy_since, self._busy_pause = None, _BUSY_RETRY_S[0]
+                wconn, rconn, reader, helper = self._wconn, self._rconn, self._reader, self._helper
+                assert wconn is not None and rconn is not None and reader is not None and helper is not None
+                self._wconn = self._rconn = None
+                self._reader = self._helper = None
+                loop = asyncio.get_running_loop()
+                # On the helper thread: after any checkpoint still running there, and the
+                # close may checkpoint (with fsync), which must not run on the loop.
+                await loop.run_in_executor(helper, wconn.close)
+                await loop.run_in_executor(reader, rconn.close)
+                reader.shutdown(wait=True)
+                helper.shutdown(wait=True)
 
     # ---------------------------------------------------------------- writes
 
@@ -663,6 +689,8 @@ class SqliteTaskStore:
             elif now - self._busy_since < _BUSY_TIMEOUT_S:
                 self._busy_pause = min(self._busy_pause * 2, _BUSY_RETRY_S[1])
             else:
+                # Fail everything queued now, not one batch per 10 s.
+                batch = list(self._pending)
                 log.error("task store: the database stayed locked for %.0f s; %d write(s) failed",
                           _BUSY_TIMEOUT_S, len(batch))
                 outcomes = [(None, _unavailable()) for _ in batch]
@@ -773,6 +801,8 @@ class SqliteTaskStore:
         assert self._wconn is not None
         started = time.monotonic()
         busy, frames, copied = self._wconn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if not busy and frames == copied:
+            _restart_wal(self._wconn)
         log.debug("task store: checkpoint copied %d of %d WAL frames in %.1f ms%s", copied, frames,
                   1000 * (time.monotonic() - started), " (busy)" if busy else "")
 
