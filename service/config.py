@@ -29,7 +29,7 @@ class Settings:
     http_port: int = 8080  # 0 = any free port; -1 = no HTTP gateway
     data_dir: str = "data"
     store: str = ""  # default: sqlite in data_dir
-    store_commit_interval_ms: float = 3.0  # SQLite group commit: how long concurrent writes may wait to share a commit
+    store_commit_interval_ms: float = 5.0  # SQLite group commit: how long concurrent writes may wait to share a commit
     agent: str = "echo"
     command: str = ""  # argv for the `command` agent (shell-style quoting)
     command_grace_seconds: float = 5.0  # SIGTERM -> SIGKILL delay when a command turn is canceled

@@ -7,7 +7,7 @@ from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery, TaskStor
 __all__ = ["Scope", "StoredEvent", "TaskPage", "TaskQuery", "TaskStore", "open_store"]
 
 
-def open_store(url: str, commit_interval_ms: float = 3.0) -> TaskStore:
+def open_store(url: str, commit_interval_ms: float = 5.0) -> TaskStore:
     """`memory:` or `sqlite:///path/to/file.db` (relative paths allowed: `sqlite:data/a2a.db`).
 
     `commit_interval_ms`: SQLite's group commit (see service.store.sqlite)."""

@@ -12,7 +12,7 @@ tells the cases apart from what the batches held:
   of the last three such counts, so one lull does not shrink the batches).
   When they are few (at most `few`), batches close as soon as that many
   writes are queued, for `measure_every`, and then a whole slot is waited
-  again to count afresh: two callers do not each wait 3 ms for a third that
+  again to count afresh: two callers do not each wait 5 ms for a third that
   never comes, while thirty get batches as large as the slot allows.
 - A batch that waited the whole slot and still held one write means a lone
   caller: back to committing at once; a slot is tried again (a probe) only
@@ -25,7 +25,7 @@ from __future__ import annotations
 class CommitPacer:
     """The decisions of one store's writer; times are the event loop's clock."""
 
-    def __init__(self, interval: float, *, few: int = 4, measure_every: float = 0.1,
+    def __init__(self, interval: float, *, few: int = 16, measure_every: float = 0.1,
                  probe_every: float = 1.0) -> None:
         self.interval = max(0.0, interval)
         self.few = few

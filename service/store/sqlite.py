@@ -5,7 +5,7 @@ committed together, in call order, in one transaction, by a callback on the
 event loop that owns the store; each caller's coroutine returns only after its
 transaction committed. A lone caller's write commits on the next loop
 iteration; when independent callers write, commits wait for the next slot
-(`commit_interval`, default 3 ms, after the last one) so that all their writes
+(`commit_interval`, default 5 ms, after the last one) so that all their writes
 share one transaction (service.store.pacing decides which case it is). That is
 what makes the store cheap: a commit of 15 saves costs little more than a
 commit of one, and no thread hand-off (and no fight for the GIL) sits on the
@@ -66,7 +66,7 @@ SCHEMA_VERSION = 1
 _UNSETTLED = (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
 _UNSETTLED_SQL = "state IN ({}, {})".format(*(int(s) for s in _UNSETTLED))
 
-DEFAULT_COMMIT_INTERVAL = 0.003  # seconds between group commits under load (config: ms)
+DEFAULT_COMMIT_INTERVAL = 0.005  # seconds between group commits under load (config: ms)
 _MAX_BATCH = 512  # operations per transaction (bounds how long one commit holds the loop)
 _BUSY_TIMEOUT_S = 10.0  # how long writes wait for another process's write lock
 _BUSY_RETRY_S = (0.001, 0.05)  # first and longest pause between attempts
