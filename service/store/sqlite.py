@@ -20,10 +20,11 @@ sequence) and the others still commit.
 The loop never waits on a lock or on the disk: the writer connection does not
 wait when another process holds the write lock (writes are retried with
 back-off for up to 10 s, then everything queued fails), and every fsync runs
-on a helper thread: WAL checkpoints run there while commits pause (so each
-one finishes and the WAL file starts over instead of growing), followed by
-the first write into the fresh WAL (which syncs its header), and so does the
-final close. A test traces the syscalls to hold this.
+on a helper thread: WAL checkpoints run there, first beside the commits and
+then, for the few frames left, with commits paused (so each one finishes and
+the WAL file starts over instead of growing), followed by the first write
+into the fresh WAL (which syncs its header); so does the final close. A test
+traces the syscalls to hold this.
 
 Reads run on a separate read-only connection in one reader thread. In WAL
 mode readers never block the writer and see every committed transaction.
@@ -478,7 +479,7 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
                 log.warning("task store: journal_mode is %s, not WAL", mode)
             conn.execute("PRAGMA synchronous = NORMAL")
             # No checkpoint inside COMMIT (it would fsync on the event loop): the store
-            # runs them on a helper thread (SqliteTaskStore._checkpoint).
+            # runs them on a helper thread (SqliteTaskStore._maybe_checkpoint).
             conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
         else:
@@ -551,7 +552,12 @@ class SqliteTaskStore:
         self._flush_handle: asyncio.Handle | None = None
         self._busy_since: float | None = None
         self._busy_pause = _BUSY_RETRY_S[0]
-        self._checkpoint: asyncio.Future | None = None
+        # Checkpoints, on the helper thread: `_cconn` copies, `_pin` holds a read snapshot
+        # while commits go on, so that no commit on the loop can start the WAL over.
+        self._cconn: sqlite3.Connection | None = None
+        self._pin: sqlite3.Connection | None = None
+        self._copying: asyncio.Future | None = None  # a checkpoint beside the commits
+        self._checkpoint: asyncio.Future | None = None  # the short one with commits paused
         self._wal_checked = 0.0
 
     # ------------------------------------------------------------- lifecycle
@@ -561,32 +567,37 @@ class SqliteTaskStore:
             if self._open:
                 return
             try:
-                wconn, rconn = await asyncio.to_thread(self._open_sync)
+                wconn, rconn, cconn, pin = await asyncio.to_thread(self._open_sync)
             except (sqlite3.Error, OSError) as exc:
                 log.error("task store: cannot open the database file %s: %s", Path(self._path).name, type(exc).__name__)
                 raise _unavailable() from None
             self._loop = asyncio.get_running_loop()
-            self._wconn, self._rconn = wconn, rconn
+            self._wconn, self._rconn, self._cconn, self._pin = wconn, rconn, cconn, pin
             self._pending = []
             self._pacer = CommitPacer(self._commit_interval)
-            self._flush_handle = self._checkpoint = self._busy_since = None
+            self._flush_handle = self._checkpoint = self._copying = self._busy_since = None
             self._busy_pause = _BUSY_RETRY_S[0]
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-read")
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-checkpoint")
             self._open = True
 
-    def _open_sync(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+    def _open_sync(self) -> tuple[sqlite3.Connection, ...]:
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        wconn = _connect(self._path, writer=True)
+        opened: list[sqlite3.Connection] = []
         try:
+            wconn = _connect(self._path, writer=True)
+            opened.append(wconn)
             _migrate(wconn)  # may wait for another process: this is a helper thread
             _restart_wal(wconn)
             wconn.execute("PRAGMA busy_timeout = 0")  # from now on it runs on the event loop
-            rconn = _connect(self._path, writer=False)
+            opened.append(_connect(self._path, writer=False))  # reads
+            opened.append(_connect(self._path, writer=True))  # checkpoints
+            opened.append(_connect(self._path, writer=False))  # the pin
         except BaseException:
-            wconn.close()
+            for conn in opened:
+                conn.close()
             raise
-        return wconn, rconn
+        return tuple(opened)
 
     async def close(self) -> None:
         """Commit everything queued, stop the threads, close the connections."""
@@ -598,8 +609,9 @@ class SqliteTaskStore:
                 self._flush_handle.cancel()
                 self._flush_handle = None
             try:
-                if self._checkpoint is not None:
-                    await asyncio.wait([self._checkpoint])
+                running = [f for f in (self._copying, self._checkpoint) if f is not None]
+                if running:
+                    await asyncio.wait(running)
                 while self._pending:
                     if not self._flush():  # the write lock is held elsewhere: wait and retry
                         await asyncio.sleep(self._busy_pause)
@@ -608,13 +620,16 @@ class SqliteTaskStore:
                 left, self._pending = self._pending, []
                 _settle([(fut, None, RuntimeError("task store is closed")) for _, _, fut in left])
                 self._busy_since, self._busy_pause = None, _BUSY_RETRY_S[0]
-                wconn, rconn, reader, helper = self._wconn, self._rconn, self._reader, self._helper
-                assert wconn is not None and rconn is not None and reader is not None and helper is not None
-                self._wconn = self._rconn = None
+                wconn, rconn, cconn, pin = self._wconn, self._rconn, self._cconn, self._pin
+                reader, helper = self._reader, self._helper
+                assert wconn and rconn and cconn and pin and reader and helper
+                self._wconn = self._rconn = self._cconn = self._pin = None
                 self._reader = self._helper = None
                 loop = asyncio.get_running_loop()
                 # On the helper thread: after any checkpoint still running there, and the
-                # close may checkpoint (with fsync), which must not run on the loop.
+                # last close may checkpoint (with fsync), which must not run on the loop.
+                await loop.run_in_executor(helper, pin.close)  # ends its read, if any
+                await loop.run_in_executor(helper, cconn.close)
                 await loop.run_in_executor(helper, wconn.close)
                 await loop.run_in_executor(reader, rconn.close)
                 reader.shutdown(wait=True)
@@ -778,12 +793,16 @@ class SqliteTaskStore:
     # ------------------------------------------------------------ checkpoints
 
     def _maybe_checkpoint(self) -> None:
-        """Start a checkpoint on the helper thread when the WAL has grown past its mark.
+        """Checkpoint on the helper thread when the WAL has grown past its mark.
 
-        Commits pause while it runs (writes keep queueing), so it copies every frame
-        and the next commit starts the WAL file over; the event loop keeps serving.
+        First beside the commits (the pin's read snapshot keeps them from starting
+        the WAL over, which would sync on the loop), copying what was written before
+        it; then once more with commits paused (writes keep queueing, the event loop
+        keeps serving), for the few frames left, after which the WAL starts over.
         """
         assert self._loop is not None and self._helper is not None
+        if self._copying is not None or self._checkpoint is not None:
+            return
         now = self._loop.time()
         if now - self._wal_checked < _CHECKPOINT_CHECK_S:
             return
@@ -794,17 +813,34 @@ class SqliteTaskStore:
             return
         if size < _CHECKPOINT_BYTES:
             return
-        self._checkpoint = self._loop.run_in_executor(self._helper, self._checkpoint_sync)
-        self._checkpoint.add_done_callback(self._checkpoint_done)
+        self._copying = self._loop.run_in_executor(self._helper, self._checkpoint_sync, False)
+        self._copying.add_done_callback(self._copy_done)
 
-    def _checkpoint_sync(self) -> None:
-        assert self._wconn is not None
+    def _checkpoint_sync(self, paused: bool) -> None:
+        conn, pin = self._cconn, self._pin
+        assert conn is not None and pin is not None
         started = time.monotonic()
-        busy, frames, copied = self._wconn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        if not busy and frames == copied:
-            _restart_wal(self._wconn)
-        log.debug("task store: checkpoint copied %d of %d WAL frames in %.1f ms%s", copied, frames,
+        if paused:
+            if pin.in_transaction:
+                pin.execute("COMMIT")  # unpin: the WAL may start over now
+        elif not pin.in_transaction:
+            pin.execute("BEGIN")
+            pin.execute("SELECT count(*) FROM sqlite_master").fetchall()  # takes the snapshot
+        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if paused and not busy and frames == copied:
+            _restart_wal(conn)
+        log.debug("task store: checkpoint%s copied %d of %d WAL frames in %.1f ms%s",
+                  " (commits paused)" if paused else "", copied, frames,
                   1000 * (time.monotonic() - started), " (busy)" if busy else "")
+
+    def _copy_done(self, fut: asyncio.Future) -> None:
+        self._copying = None
+        if fut.cancelled() or fut.exception() is not None:
+            log.error("task store: checkpoint failed: %s", None if fut.cancelled() else fut.exception())
+        if self._open and self._loop is not None and self._helper is not None:
+            # No commit runs now (they run on this loop): pause them for the last frames.
+            self._checkpoint = self._loop.run_in_executor(self._helper, self._checkpoint_sync, True)
+            self._checkpoint.add_done_callback(self._checkpoint_done)
 
     def _checkpoint_done(self, fut: asyncio.Future) -> None:
         self._checkpoint = None
