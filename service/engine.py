@@ -149,11 +149,8 @@ class Engine:
             if self._runs.get(key) is run:
                 return run
             return await self._claim(scope, task_id)
-        run = TaskRun(store=self.store, bus=self.bus, scope=scope, task_id=task_id,
-                      context_id="", on_idle=self._forget, on_commit=self.on_commit,
-                      pace=self.event_pace)
+        run = self._new_run(scope, task_id, "", None)  # context and task come from the store
         run.ready = asyncio.get_running_loop().create_future()
-        self._runs[key] = run
         try:
             task = await self.store.get(scope, task_id)
             if task is None:
