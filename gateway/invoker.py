@@ -24,8 +24,6 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from service.api import CallContext
 from service.errors import (
@@ -36,6 +34,7 @@ from service.errors import (
     MethodNotFoundError,
     UnauthenticatedError,
 )
+from service.grpc_servicer import status_details
 
 # How long the proxy waits for a stream's first event before it commits to a
 # 200 event stream; errors raised later travel inside the stream.
@@ -93,17 +92,7 @@ _BY_CODE: dict[grpc.StatusCode, type[A2AError]] = {
 
 def error_from_grpc(exc: grpc.aio.AioRpcError) -> A2AError:
     """An upstream gRPC error as the A2AError it was raised as (by its ErrorInfo reason)."""
-    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
-    info: error_details_pb2.ErrorInfo | None = None
-    violations: list[tuple[str, str]] = []
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and info is None:
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            violations.extend((v.field, v.description) for v in bad.field_violations)
+    info, violations = status_details(exc)
     cls = BY_REASON.get(info.reason) if info is not None else None
     if cls is not None:
         return cls(exc.details() or None, metadata=dict(info.metadata), field_violations=violations)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import status_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from gen import a2a_pb2 as pb
@@ -36,6 +36,25 @@ def error_status(err: A2AError) -> grpc.Status:
         details.append(packed)
     code = grpc.StatusCode[err.grpc_status]
     return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=err.message, details=details))
+
+
+def status_details(
+    err: grpc.aio.AioRpcError,
+) -> tuple[error_details_pb2.ErrorInfo | None, list[tuple[str, str]]]:
+    """The reverse of error_status, as a gRPC client sees it: the first ErrorInfo and
+    the BadRequest field violations (field, description) in the status details."""
+    status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    info: error_details_pb2.ErrorInfo | None = None
+    violations: list[tuple[str, str]] = []
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and info is None:
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations.extend((v.field, v.description) for v in bad.field_violations)
+    return info, violations
 
 
 async def call_context(context: grpc.aio.ServicerContext, authenticate: Authenticator | None) -> CallContext:
