@@ -7,10 +7,11 @@ from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery, TaskStor
 __all__ = ["Scope", "StoredEvent", "TaskPage", "TaskQuery", "TaskStore", "open_store"]
 
 
-def open_store(url: str, commit_interval_ms: float = 5.0) -> TaskStore:
+def open_store(url: str, commit_interval_ms: float | None = None) -> TaskStore:
     """`memory:` or `sqlite:///path/to/file.db` (relative paths allowed: `sqlite:data/a2a.db`).
 
-    `commit_interval_ms`: SQLite's group commit (see service.store.sqlite)."""
+    `commit_interval_ms`: SQLite's group commit (None: the store's default; see
+    service.store.sqlite)."""
     if url in ("memory:", "memory://"):
         from service.store.memory import MemoryTaskStore
 
@@ -23,5 +24,7 @@ def open_store(url: str, commit_interval_ms: float = 5.0) -> TaskStore:
             path = path[2:]
         elif path.startswith("//"):
             raise ValueError(f"store URL {url!r}: use sqlite:///absolute/path or sqlite:relative/path")
+        if commit_interval_ms is None:
+            return SqliteTaskStore(path)
         return SqliteTaskStore(path, commit_interval=commit_interval_ms / 1000)
     raise ValueError(f"unknown store URL {url!r}: expected memory: or sqlite:PATH")
