@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.agent import metadata_struct
@@ -135,16 +136,10 @@ class TaskRun:
             existing.CopyFrom(artifact)
         else:
             self.task.artifacts.append(artifact)
-        event = pb.StreamResponse()
-        update = event.artifact_update
-        update.task_id = self.task_id
-        update.context_id = self.context_id
+        event, update = self._update_event("artifact_update", metadata)
         update.artifact.CopyFrom(artifact)
         update.append = append
         update.last_chunk = last_chunk
-        meta = metadata_struct(metadata)
-        if meta is not None:
-            update.metadata.CopyFrom(meta)
         self._queue(event)
 
     def reply(self, message: pb.Message) -> None:
@@ -198,15 +193,20 @@ class TaskRun:
         if message is not None:
             status.message.CopyFrom(message)
             self.task.history.append(message)
+        event, update = self._update_event("status_update", metadata)
+        update.status.CopyFrom(status)
+        self._queue(event)
+
+    def _update_event(self, kind: str, metadata: dict | None) -> tuple[pb.StreamResponse, Any]:
+        """A StreamResponse whose `kind` update names this task and carries `metadata`."""
         event = pb.StreamResponse()
-        update = event.status_update
+        update = getattr(event, kind)
         update.task_id = self.task_id
         update.context_id = self.context_id
-        update.status.CopyFrom(status)
         meta = metadata_struct(metadata)
         if meta is not None:
             update.metadata.CopyFrom(meta)
-        self._queue(event)
+        return event, update
 
     def _queue(self, event: pb.StreamResponse) -> None:
         self.seq += 1
