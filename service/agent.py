@@ -15,7 +15,6 @@ or a class / zero-argument factory that returns one. Built-ins: `echo`, `command
 from __future__ import annotations
 
 import importlib
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -23,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from google.protobuf import json_format, struct_pb2
 
 from gen import a2a_pb2 as pb
+from service.ids import uuid7
 
 PartsLike = str | pb.Part | Iterable[pb.Part]
 
@@ -62,15 +62,24 @@ def make_parts(content: PartsLike) -> list[pb.Part]:
     return list(content)
 
 
+def _add_parts(into: Any, content: PartsLike) -> None:
+    """make_parts straight into a repeated field (no intermediate Part for text)."""
+    if isinstance(content, str):
+        into.add(text=content)
+    else:
+        into.extend(make_parts(content))
+
+
 def agent_message(content: PartsLike | pb.Message, task_id: str, context_id: str) -> pb.Message:
     if isinstance(content, pb.Message):
         msg = pb.Message()
         msg.CopyFrom(content)
         if not msg.message_id:
-            msg.message_id = uuid.uuid4().hex
+            msg.message_id = uuid7()
         msg.role = msg.role or pb.ROLE_AGENT
     else:
-        msg = pb.Message(message_id=uuid.uuid4().hex, role=pb.ROLE_AGENT, parts=make_parts(content))
+        msg = pb.Message(message_id=uuid7(), role=pb.ROLE_AGENT)
+        _add_parts(msg.parts, content)
     if task_id:
         msg.task_id = task_id
     msg.context_id = context_id
@@ -131,12 +140,8 @@ class TurnContext:
         metadata: dict | None = None,
     ) -> str:
         """Emit an artifact or a chunk of one; returns the artifact id to append to."""
-        art = pb.Artifact(
-            artifact_id=artifact_id or uuid.uuid4().hex,
-            name=name,
-            description=description,
-            parts=make_parts(content),
-        )
+        art = pb.Artifact(artifact_id=artifact_id or uuid7(), name=name, description=description)
+        _add_parts(art.parts, content)
         self._sink.artifact(art, append, last_chunk, metadata)
         return art.artifact_id
 

@@ -104,7 +104,7 @@ class A2AApi:
 
     def _admit(self, call: CallContext, request: object) -> Scope:
         version = call.version
-        if not is_supported_version(version):
+        if version != "1.0" and not is_supported_version(version):
             raise VersionNotSupportedError(
                 f"A2A version {version!r} is not supported; supported: {', '.join(SUPPORTED_VERSIONS)}. "
                 "Send the header 'A2A-Version: 1.0' (gRPC metadata 'a2a-version')."

@@ -133,6 +133,7 @@ class InputPolicy:
         self.limits = limits
         self.modes = modes
         self.workspaces = workspaces
+        self.plain_text_accepted = modes.accepts(IMPLIED["text"])
 
     def is_text_like(self, media_type: str) -> bool:
         return (media_type.startswith("text/") or media_type in TEXT_LIKE
@@ -145,8 +146,14 @@ class InputPolicy:
             raise invalid_field(f"{prefix}.parts", f"has {len(message.parts)} parts; at most {limits.max_parts} are accepted")
         files: list[tuple[int, str, str]] = []  # (index, path, media type) checked after the workspace
         for i, part in enumerate(message.parts):
-            where = f"{prefix}.parts[{i}]"
             kind = part.WhichOneof("content")
+            if kind == "text" and not part.media_type and self.plain_text_accepted:
+                # The common case, without building field paths for errors that do not happen.
+                text = part.text
+                if len(text) * 4 > limits.max_text_bytes:
+                    self._check_text(text, f"{prefix}.parts[{i}].text")
+                continue
+            where = f"{prefix}.parts[{i}]"
             path = self._check_url(part.url, f"{where}.url") if kind == "url" else None
             if part.media_type:
                 media = media_type_of(part.media_type, f"{where}.mediaType")

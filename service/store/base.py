@@ -9,14 +9,14 @@ the same store so they share its durability.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gen import a2a_pb2 as pb
 
 
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """Who may see a task: the tenant it was created under and its owner."""
+class Scope(NamedTuple):
+    """Who may see a task: the tenant it was created under and its owner.
+    (A named tuple: one is made per request, and it keys dictionaries.)"""
 
     tenant: str = ""
     owner: str = ""
@@ -40,8 +40,9 @@ class TaskPage:
     next_cursor: tuple[int, str] | None  # None on the last page
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
+class StoredEvent(NamedTuple):
+    """One numbered event of a task (several per turn: a tuple is the cheapest record)."""
+
     seq: int
     event: pb.StreamResponse
 
