@@ -22,6 +22,7 @@ from service.store import open_store
 from service.store.base import Scope, StoredEvent, TaskQuery
 from service.store.memory import MemoryTaskStore
 from service.store.sqlite import (
+    _SCHEMA,
     SCHEMA_VERSION,
     SqliteTaskStore,
     _pack_events,
@@ -848,3 +849,53 @@ async def test_counters_match_the_rows_after_random_churn(sqlite_store, tmp_path
                 assert page.total_size == expected.get(
                     (scope.tenant, scope.owner, context_id, state), 0
                 )
+
+
+# Version 1 of the schema kept task_counts with triggers like these (simplified here:
+# one upsert per counter row; tasks do not change context).
+def _v1_upsert(context: str, state: str, sign: str) -> str:
+    return (f"INSERT INTO task_counts VALUES (NEW.tenant, NEW.owner, {context}, {state}, {sign}1)"
+            f" ON CONFLICT DO UPDATE SET n = n {sign} 1;")
+
+
+_V1_COUNT_TRIGGERS = [
+    "CREATE TRIGGER tasks_count_insert AFTER INSERT ON tasks BEGIN "
+    + "".join(_v1_upsert(c, st, "+") for c in ("''", "NEW.context_id") for st in ("0", "NEW.state"))
+    + " END",
+    "CREATE TRIGGER tasks_count_update AFTER UPDATE OF state ON tasks"
+    " WHEN OLD.state IS NOT NEW.state BEGIN "
+    + "".join(_v1_upsert(c, st, sign) for c in ("''", "NEW.context_id")
+              for st, sign in (("OLD.state", "-"), ("NEW.state", "+")))
+    + " END",
+]
+
+
+async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
+    path = tmp_path / "tasks.db"
+    with sqlite3.connect(path) as raw:  # as version 1 left it: counted by triggers
+        for stmt in _SCHEMA:
+            raw.execute(stmt)
+        for stmt in _V1_COUNT_TRIGGERS:
+            raw.execute(stmt)
+        for i, state in enumerate([WORKING, WORKING, COMPLETED]):
+            task = make_task(f"t{i}", context_id="c", state=state, us=i)
+            raw.execute("INSERT INTO tasks VALUES ('t1', 'alice', ?, 'c', ?, ?, ?)",
+                        (task.id, state, i, task.SerializeToString()))
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+
+    s = SqliteTaskStore(str(path))
+    await s.open()
+    try:
+        with sqlite3.connect(path) as raw:
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+            assert raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall() == []
+        raw.close()
+        await s.save(A, make_task("t0", context_id="c", state=COMPLETED, us=5), [])  # a change
+        await s.save(A, make_task("t3", context_id="c", state=WORKING, us=6), [])  # a new task
+        for state, n in [(0, 4), (WORKING, 2), (COMPLETED, 2)]:
+            for context_id in ["", "c"]:
+                page = await s.list(A, TaskQuery(context_id=context_id, state=state))
+                assert page.total_size == len(page.tasks) == n, (context_id, state)
+    finally:
+        await s.close()

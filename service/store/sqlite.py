@@ -34,10 +34,11 @@ page cache) when it returns, so it survives kill -9 of the process; a power
 loss may drop the last transactions, which is outside our durability bar.
 
 ListTasks is keyset-paged over one index per filter combination and its
-`total_size` comes from counters (`task_counts`) that triggers on `tasks` keep
-in the same transaction as the task rows, so neither grows with the number of
-stored tasks; only a `status_after_us` filter falls back to COUNT(*) over the
-index range.
+`total_size` comes from counters (`task_counts`) that each batch changes in the
+same transaction as the task rows (by the net change of its tasks' context and
+state: one primary-key lookup per task and one statement, a third of what
+per-row triggers cost), so neither grows with the number of stored tasks; only
+a `status_after_us` filter falls back to COUNT(*) over the index range.
 
 SQLite errors are logged with their details (which may include file paths) and
 surface to callers only as `RuntimeError("task store unavailable")`.
@@ -50,7 +51,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from service.timeutil import status_micros
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _UNSETTLED = (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
 _UNSETTLED_SQL = "state IN ({}, {})".format(*(int(s) for s in _UNSETTLED))
@@ -79,25 +80,7 @@ _MMAP_BYTES = 256 * 1024 * 1024  # read database pages through mmap (fewer sysca
 _WAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 
-def _count_change(row: str, sign: str) -> str:
-    """Trigger statement: add or remove one task (`row` = NEW or OLD) in task_counts.
-
-    Its keys are (any context, any state), (its context, any state), (any context,
-    its state), (its context, its state); UNION drops the duplicates that appear
-    when its context_id is '' or its state is 0.
-    """
-    keys = (
-        f"SELECT '' AS c, 0 AS s UNION SELECT {row}.context_id, 0"
-        f" UNION SELECT '', {row}.state UNION SELECT {row}.context_id, {row}.state"
-    )
-    return (
-        "INSERT INTO task_counts (tenant, owner, context_id, state, n)"
-        f" SELECT {row}.tenant, {row}.owner, k.c, k.s, {sign}1 FROM ({keys}) AS k WHERE true"
-        f" ON CONFLICT (tenant, owner, context_id, state) DO UPDATE SET n = n {sign} 1"
-    )
-
-
-_SCHEMA_V1 = (
+_SCHEMA = (
     # One row per task: the whole snapshot plus the columns ListTasks filters on.
     """CREATE TABLE IF NOT EXISTS tasks (
         tenant     TEXT    NOT NULL,
@@ -119,8 +102,8 @@ _SCHEMA_V1 = (
     " ON tasks (tenant, owner, context_id, state, status_us, id)",
     # Small partial index: only running tasks, read at startup by unsettled().
     f"CREATE INDEX IF NOT EXISTS tasks_unsettled ON tasks (state) WHERE {_UNSETTLED_SQL}",
-    # Row counts for total_size, kept by triggers (below).
-    # context_id '' = any context, state 0 = any state.
+    # Row counts for total_size, kept by the writer in the same transaction as the
+    # rows (_w_save_many). context_id '' = any context, state 0 = any state.
     """CREATE TABLE IF NOT EXISTS task_counts (
         tenant     TEXT    NOT NULL,
         owner      TEXT    NOT NULL,
@@ -129,19 +112,6 @@ _SCHEMA_V1 = (
         n          INTEGER NOT NULL,
         PRIMARY KEY (tenant, owner, context_id, state)
     ) WITHOUT ROWID""",
-    # task_counts follows every insert, state/context change and delete of a task,
-    # inside the same statement (so inside the same transaction).
-    f"""CREATE TRIGGER IF NOT EXISTS tasks_count_insert AFTER INSERT ON tasks BEGIN
-        {_count_change("NEW", "+")};
-    END""",
-    f"""CREATE TRIGGER IF NOT EXISTS tasks_count_update AFTER UPDATE OF context_id, state ON tasks
-    WHEN OLD.context_id IS NOT NEW.context_id OR OLD.state IS NOT NEW.state BEGIN
-        {_count_change("OLD", "-")};
-        {_count_change("NEW", "+")};
-    END""",
-    f"""CREATE TRIGGER IF NOT EXISTS tasks_count_delete AFTER DELETE ON tasks BEGIN
-        {_count_change("OLD", "-")};
-    END""",
     # Events in runs: one row per task per commit holds every event that commit
     # added (a turn's events usually share one), framed by _pack_events. A row is
     # keyed by its last sequence number; a re-used last number is rejected.
@@ -163,6 +133,8 @@ _SCHEMA_V1 = (
         PRIMARY KEY (tenant, owner, task_id, id)
     )""",
 )
+
+_V1_TRIGGERS = ("tasks_count_insert", "tasks_count_update", "tasks_count_delete")
 
 _UNAVAILABLE = "task store unavailable"
 
@@ -234,7 +206,7 @@ def count_query(scope: Scope, query: TaskQuery) -> tuple[str, list[Any]]:
 # Everything here runs on the event loop inside the batch transaction. Every
 # sqlite3 call releases and re-takes the GIL (grpc's poller thread may take it
 # in between), so a batch is written with as few calls as possible: multi-row
-# VALUES, and task_counts kept by triggers, not Python.
+# VALUES, task_counts changed once per batch by the sum of its changes.
 
 _TASK_UPSERT = (
     "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot)"
@@ -244,6 +216,16 @@ _TASK_UPSERT = (
 )
 _EVENT_INSERT = (
     "INSERT INTO events (tenant, owner, task_id, last_seq, first_seq, payload) VALUES {values}"
+)
+_COUNT_ADD = (
+    "INSERT INTO task_counts (tenant, owner, context_id, state, n) VALUES {values}"
+    " ON CONFLICT (tenant, owner, context_id, state) DO UPDATE SET n = n + excluded.n"
+)
+# What the batch's tasks were before it (a join on the primary key: `IN (VALUES ...)`
+# would scan the table).
+_STORED_STATES = (
+    "SELECT t.tenant, t.owner, t.id, t.context_id, t.state FROM (VALUES {values}) AS k"
+    " JOIN tasks AS t ON t.tenant = k.column1 AND t.owner = k.column2 AND t.id = k.column3"
 )
 
 
@@ -289,12 +271,14 @@ def _unpack_events(blob: bytes) -> list[tuple[int, bytes]]:
         out.append((seq, blob[pos : pos + length]))
         pos += length
     return out
-_MAX_ROWS = 64  # rows per statement; 64 sizes x 2 statements fit the statement cache
+_MAX_ROWS = 64  # rows per statement; 64 sizes x 4 statements fit the statement cache
 _sql_cache: dict[tuple[str, int], str] = {}
 
 
-def _insert(conn: sqlite3.Connection, template: str, width: int, rows: list[tuple]) -> None:
-    """`rows` through multi-row VALUES statements of at most _MAX_ROWS rows."""
+def _each_chunk(
+    conn: sqlite3.Connection, template: str, width: int, rows: list[tuple]
+) -> Iterator[sqlite3.Cursor]:
+    """`template` run over `rows` as multi-row VALUES of at most _MAX_ROWS rows each."""
     for i in range(0, len(rows), _MAX_ROWS):
         chunk = rows[i : i + _MAX_ROWS]
         sql = _sql_cache.get((template, len(chunk)))
@@ -302,12 +286,47 @@ def _insert(conn: sqlite3.Connection, template: str, width: int, rows: list[tupl
             row = "(" + ", ".join("?" * width) + ")"
             sql = template.format(values=", ".join([row] * len(chunk)))
             _sql_cache[(template, len(chunk))] = sql
-        conn.execute(sql, [value for r in chunk for value in r])
+        yield conn.execute(sql, [value for r in chunk for value in r])
+
+
+def _insert(conn: sqlite3.Connection, template: str, width: int, rows: list[tuple]) -> None:
+    for _ in _each_chunk(conn, template, width, rows):
+        pass
+
+
+def _count_keys(context_id: str, state: int) -> set[tuple[str, int]]:
+    """The task_counts rows one task is counted in: any/its context x any/its state
+    (a set: '' context or state 0 would name the same row twice)."""
+    return {("", 0), (context_id, 0), ("", state), (context_id, state)}
+
+
+def _count_changes(
+    conn: sqlite3.Connection, latest: dict[tuple[str, str, str], tuple]
+) -> list[tuple[str, str, str, int, int]]:
+    """task_counts rows to add to, from each task's stored (context, state) before this
+    batch to its last one in it; changes to one row are summed."""
+    before = {
+        (tenant, owner, task_id): (context_id, state)
+        for cursor in _each_chunk(conn, _STORED_STATES, 3, list(latest))
+        for tenant, owner, task_id, context_id, state in cursor
+    }
+    delta: dict[tuple[str, str, str, int], int] = {}
+    for key, row in latest.items():
+        now, was = (row[3], row[4]), before.get(key)
+        if now == was:
+            continue
+        changes = [(now, 1)] if was is None else [(was, -1), (now, 1)]
+        for (context_id, state), sign in changes:
+            for c, st in _count_keys(context_id, state):
+                full = (key[0], key[1], c, st)
+                delta[full] = delta.get(full, 0) + sign
+    return [(*full, n) for full, n in delta.items() if n]
 
 
 def _w_save_many(conn: sqlite3.Connection, saves: list[tuple]) -> None:
     """All `save` calls of a batch at once: the last snapshot of each task (earlier
-    ones would be overwritten in the same transaction anyway) and every event."""
+    ones would be overwritten in the same transaction anyway), every event, and the
+    counters' net change."""
     latest: dict[tuple[str, str, str], tuple] = {}
     runs: dict[tuple[str, str, str], list[tuple[int, bytes]]] = {}
     for args in saves:
@@ -315,6 +334,9 @@ def _w_save_many(conn: sqlite3.Connection, saves: list[tuple]) -> None:
         latest[key] = args[:7]
         if args[7]:
             runs.setdefault(key, []).extend(args[7])
+    counts = _count_changes(conn, latest)
+    if counts:
+        _insert(conn, _COUNT_ADD, 5, counts)
     _insert(conn, _TASK_UPSERT, 7, list(latest.values()))
     if runs:
         rows = [(*key, evs[-1][0], evs[0][0], _pack_events(evs)) for key, evs in runs.items()]
@@ -502,9 +524,14 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 f"schema version {version} is newer than this code ({SCHEMA_VERSION})"
             )
         if version < 1:
-            for stmt in _SCHEMA_V1:
+            for stmt in _SCHEMA:
                 conn.execute(stmt)
-        # Later versions: `if version < 2: ...` here.
+        if version < 2:
+            # Version 1 kept task_counts with triggers (exact, so the counts carry over);
+            # the writer now does it once per batch, which costs a third as much.
+            for trigger in _V1_TRIGGERS:
+                conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+        # Later versions: `if version < 3: ...` here.
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
