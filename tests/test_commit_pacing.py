@@ -73,20 +73,44 @@ def test_few_writers_close_the_batch_when_all_are_in():
     assert pacer.on_write(now, 2, scheduled=True) is None
 
 
-def test_a_slot_that_gathers_one_write_goes_back_to_at_once():
-    pacer = CommitPacer(SLOT, probe_every=1.0)
-    now = 10.0
+def start_grouping(pacer: CommitPacer, now: float) -> float:
     pacer.on_write(now, 1, scheduled=False)
     pacer.on_write(now, 2, scheduled=True)
     pacer.on_commit(now, 2)
+    assert pacer.grouping
+    return now
+
+
+def wait_one_slot(pacer: CommitPacer, now: float, writes: int) -> float:
+    """Writes arrive 1 ms after the last commit; the batch waits its whole slot."""
     now += 0.001
     wait = pacer.on_write(now, 1, scheduled=False)
     assert wait > 0
+    for queued in range(2, writes + 1):
+        assert pacer.on_write(now, queued, scheduled=True) is None
     now += wait
-    pacer.on_commit(now, 1)  # the others are gone
+    pacer.on_commit(now, writes)
+    return now
+
+
+def test_slots_that_gather_one_write_in_a_row_go_back_to_at_once():
+    pacer = CommitPacer(SLOT, probe_every=1.0, few=0, lone_slots=3)
+    now = start_grouping(pacer, 10.0)
+    for _ in range(2):
+        now = wait_one_slot(pacer, now, 1)  # the others are gone...
+        assert pacer.grouping
+    now = wait_one_slot(pacer, now, 1)  # ... for three slots in a row
     assert not pacer.grouping
     now += 0.001
     assert pacer.on_write(now, 1, scheduled=False) == 0.0
+
+
+def test_a_lull_among_busy_slots_keeps_grouping():
+    pacer = CommitPacer(SLOT, probe_every=1.0, few=0, lone_slots=3)
+    now = start_grouping(pacer, 10.0)
+    for writes in [5, 1, 4, 1, 1, 6, 1, 1, 3]:  # never three single-write slots in a row
+        now = wait_one_slot(pacer, now, writes)
+        assert pacer.grouping, writes
 
 
 def test_an_idle_store_commits_at_once():

@@ -14,9 +14,11 @@ tells the cases apart from what the batches held:
   writes are queued, for `measure_every`, and then a whole slot is waited
   again to count afresh: two callers do not each wait 5 ms for a third that
   never comes, while thirty get batches as large as the slot allows.
-- A batch that waited the whole slot and still held one write means a lone
-  caller: back to committing at once; a slot is tried again (a probe) only
-  after `probe_every`, to notice when others join.
+- Batches that waited the whole slot and still held one write, `lone_slots`
+  times in a row, mean a lone caller: back to committing at once; a slot is
+  tried again (a probe) only after `probe_every`, to notice when others join.
+  (One such slot is not enough: a busy loop has lulls, and committing its
+  writes one by one until the next probe costs it a third of its throughput.)
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ class CommitPacer:
     """The decisions of one store's writer; times are the event loop's clock."""
 
     def __init__(self, interval: float, *, few: int = 16, measure_every: float = 0.1,
-                 probe_every: float = 1.0) -> None:
+                 probe_every: float = 1.0, lone_slots: int = 3) -> None:
         self.interval = max(0.0, interval)
         self.few = few
+        self.lone_slots = lone_slots
+        self._lone_run = 0  # whole slots in a row that gathered a single write
         self.measure_every = measure_every
         self.probe_every = probe_every
         self.grouping = False  # writes wait for the slot
@@ -68,8 +72,11 @@ class CommitPacer:
             self._counts = (*self._counts[-2:], size)
             self._writers = max(self._counts)
             self._counted_until = now + self.measure_every
-            if size <= 1:  # a lone caller: the wait gathered nothing
+            self._lone_run = self._lone_run + 1 if size <= 1 else 0
+            if self._lone_run >= self.lone_slots or (size <= 1 and not self.grouping):
+                # A lone caller (or a probe that found nobody): the waits gathered nothing.
                 self.grouping = False
+                self._lone_run = 0
                 self._next_probe = now + self.probe_every
                 return
         if size > 1 and not self.grouping:
