@@ -899,3 +899,22 @@ async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
                 assert page.total_size == len(page.tasks) == n, (context_id, state)
     finally:
         await s.close()
+
+
+async def test_a_second_creation_of_a_task_is_refused_and_counted_once(sqlite_store):
+    # Events from 1 mean "this task is being created": such a save inserts the task row
+    # (no look-up of an earlier state), so one for an existing task must fail, alone.
+    task = make_task("t", context_id="c", state=WORKING)
+    await sqlite_store.save(A, task, [status_event(task, 1)])
+    again = make_task("t", context_id="c", state=COMPLETED, us=2_000_000)
+    other = make_task("u", context_id="c", state=COMPLETED)
+    results = await asyncio.gather(
+        sqlite_store.save(A, again, [status_event(again, 1), status_event(again, 2)]),
+        sqlite_store.save(A, other, [status_event(other, 1)]),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], RuntimeError) and results[1] is None
+    assert await sqlite_store.get(A, "t") == task and await sqlite_store.last_seq(A, "t") == 1
+    for state, n in [(0, 2), (WORKING, 1), (COMPLETED, 1)]:
+        page = await sqlite_store.list(A, TaskQuery(context_id="c", state=state))
+        assert page.total_size == len(page.tasks) == n, state

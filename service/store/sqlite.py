@@ -208,10 +208,9 @@ def count_query(scope: Scope, query: TaskQuery) -> tuple[str, list[Any]]:
 # in between), so a batch is written with as few calls as possible: multi-row
 # VALUES, task_counts changed once per batch by the sum of its changes.
 
+_TASK_INSERT = "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot) VALUES {values}"
 _TASK_UPSERT = (
-    "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot)"
-    " VALUES {values}"
-    " ON CONFLICT (tenant, owner, id) DO UPDATE SET context_id = excluded.context_id,"
+    _TASK_INSERT + " ON CONFLICT (tenant, owner, id) DO UPDATE SET context_id = excluded.context_id,"
     " state = excluded.state, status_us = excluded.status_us, snapshot = excluded.snapshot"
 )
 _EVENT_INSERT = (
@@ -271,7 +270,7 @@ def _unpack_events(blob: bytes) -> list[tuple[int, bytes]]:
         out.append((seq, blob[pos : pos + length]))
         pos += length
     return out
-_MAX_ROWS = 64  # rows per statement; 64 sizes x 4 statements fit the statement cache
+_MAX_ROWS = 64  # rows per statement; 64 sizes x 5 statements fit the statement cache
 _sql_cache: dict[tuple[str, int], str] = {}
 
 
@@ -301,13 +300,14 @@ def _count_keys(context_id: str, state: int) -> set[tuple[str, int]]:
 
 
 def _count_changes(
-    conn: sqlite3.Connection, latest: dict[tuple[str, str, str], tuple]
+    conn: sqlite3.Connection, latest: dict[tuple[str, str, str], tuple], created: set
 ) -> list[tuple[str, str, str, int, int]]:
     """task_counts rows to add to, from each task's stored (context, state) before this
-    batch to its last one in it; changes to one row are summed."""
+    batch (none for the `created` ones) to its last one in it; changes to one row are
+    summed."""
     before = {
         (tenant, owner, task_id): (context_id, state)
-        for cursor in _each_chunk(conn, _STORED_STATES, 3, list(latest))
+        for cursor in _each_chunk(conn, _STORED_STATES, 3, [k for k in latest if k not in created])
         for tenant, owner, task_id, context_id, state in cursor
     }
     delta: dict[tuple[str, str, str, int], int] = {}
@@ -326,7 +326,12 @@ def _count_changes(
 def _w_save_many(conn: sqlite3.Connection, saves: list[tuple]) -> None:
     """All `save` calls of a batch at once: the last snapshot of each task (earlier
     ones would be overwritten in the same transaction anyway), every event, and the
-    counters' net change."""
+    counters' net change.
+
+    A task whose events here start at 1 is being created (the engine numbers a
+    task's events from its creation): it is inserted, not upserted, and has no
+    earlier state to look up. Should it exist after all, the insert fails and the
+    batch is replayed call by call, so the counters never count a task twice."""
     latest: dict[tuple[str, str, str], tuple] = {}
     runs: dict[tuple[str, str, str], list[tuple[int, bytes]]] = {}
     for args in saves:
@@ -334,10 +339,14 @@ def _w_save_many(conn: sqlite3.Connection, saves: list[tuple]) -> None:
         latest[key] = args[:7]
         if args[7]:
             runs.setdefault(key, []).extend(args[7])
-    counts = _count_changes(conn, latest)
+    created = {key for key, evs in runs.items() if evs[0][0] == 1}
+    counts = _count_changes(conn, latest, created)
     if counts:
         _insert(conn, _COUNT_ADD, 5, counts)
-    _insert(conn, _TASK_UPSERT, 7, list(latest.values()))
+    if created:
+        _insert(conn, _TASK_INSERT, 7, [row for key, row in latest.items() if key in created])
+    if len(created) < len(latest):
+        _insert(conn, _TASK_UPSERT, 7, [row for key, row in latest.items() if key not in created])
     if runs:
         rows = [(*key, evs[-1][0], evs[0][0], _pack_events(evs)) for key, evs in runs.items()]
         _insert(conn, _EVENT_INSERT, 6, rows)
@@ -488,7 +497,7 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
         isolation_level=None,  # autocommit; transactions are explicit
         check_same_thread=False,  # opened on a helper thread, used by one thread at a time
         timeout=busy_ms / 1000,
-        cached_statements=256,
+        cached_statements=384,
     )
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
