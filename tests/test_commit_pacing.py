@@ -93,9 +93,19 @@ def wait_one_slot(pacer: CommitPacer, now: float, writes: int) -> float:
     return now
 
 
-def test_slots_that_gather_one_write_in_a_row_go_back_to_at_once():
+def test_a_slot_with_one_write_after_two_writers_goes_back_to_at_once():
     pacer = CommitPacer(SLOT, probe_every=1.0, few=0, lone_slots=3)
     now = start_grouping(pacer, 10.0)
+    now = wait_one_slot(pacer, now, 2)
+    assert pacer.grouping
+    now = wait_one_slot(pacer, now, 1)  # two callers at most: at once serves them best
+    assert not pacer.grouping
+
+
+def test_after_many_writers_slots_with_one_write_go_back_to_at_once_when_in_a_row():
+    pacer = CommitPacer(SLOT, probe_every=1.0, few=0, lone_slots=3)
+    now = start_grouping(pacer, 10.0)
+    now = wait_one_slot(pacer, now, 6)
     for _ in range(2):
         now = wait_one_slot(pacer, now, 1)  # the others are gone...
         assert pacer.grouping

@@ -14,11 +14,13 @@ tells the cases apart from what the batches held:
   writes are queued, for `measure_every`, and then a whole slot is waited
   again to count afresh: two callers do not each wait 5 ms for a third that
   never comes, while thirty get batches as large as the slot allows.
-- Batches that waited the whole slot and still held one write, `lone_slots`
-  times in a row, mean a lone caller: back to committing at once; a slot is
-  tried again (a probe) only after `probe_every`, to notice when others join.
-  (One such slot is not enough: a busy loop has lulls, and committing its
-  writes one by one until the next probe costs it a third of its throughput.)
+- A batch that waited the whole slot and still held one write means a lone
+  caller: back to committing at once; a slot is tried again (a probe) only
+  after `probe_every`, to notice when others join. After slots that counted
+  more than two writers, it takes `lone_slots` such batches in a row: a busy
+  loop has lulls, and committing its writes one by one until the next probe
+  cost it a third of its commits' worth of throughput. (With two writers or
+  fewer, committing at once is what serves them best.)
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class CommitPacer:
             self._writers = max(self._counts)
             self._counted_until = now + self.measure_every
             self._lone_run = self._lone_run + 1 if size <= 1 else 0
-            if self._lone_run >= self.lone_slots or (size <= 1 and not self.grouping):
+            if size <= 1 and (self._lone_run >= self.lone_slots or self._writers <= 2 or not self.grouping):
                 # A lone caller (or a probe that found nobody): the waits gathered nothing.
                 self.grouping = False
                 self._lone_run = 0
