@@ -42,12 +42,13 @@ def test_independent_writers_switch_to_the_slot_and_stay():
     for _ in range(10):  # thirty callers
         now += 0.0005
         wait = pacer.on_write(now, 1, scheduled=False)
-        assert 0 < wait <= SLOT
+        assert 0 < wait <= 2 * SLOT  # every other count of the writers takes a doubled slot
         for queued in range(2, 31):
             assert pacer.on_write(now, queued, scheduled=True) is None  # thirty is not "few"
         now += wait
         pacer.on_commit(now, 30)
     assert pacer.grouping
+    assert pacer.stretch == 1  # the same thirty in a long slot as in a short one
 
 
 def test_few_writers_close_the_batch_when_all_are_in():
@@ -139,3 +140,43 @@ def test_interval_zero_never_waits():
         assert pacer.on_write(now, 1, scheduled=False) == 0.0
         pacer.on_commit(now, size)
         now += 0.0001
+
+
+def gather(pacer: CommitPacer, now: float, every: float | None, burst: int = 1) -> tuple[float, float]:
+    """One batch: `burst` writes at `now`, then one every `every` seconds (None: no more)
+    until the pacer's deadline. Returns (commit time, the wait the pacer asked for)."""
+    wait = pacer.on_write(now, 1, scheduled=False)
+    assert wait is not None
+    deadline, queued = now + wait, 1
+    for _ in range(burst - 1):
+        queued += 1
+        pacer.on_write(now, queued, scheduled=True)
+    while every is not None and now + every < deadline:
+        now += every
+        queued += 1
+        pacer.on_write(now, queued, scheduled=True)
+    pacer.on_commit(deadline, queued)
+    return deadline, wait
+
+
+def test_writers_that_outnumber_a_slot_double_it_and_a_fixed_set_does_not():
+    pacer = CommitPacer(SLOT, measure_every=0.02)
+    now = start_grouping(pacer, 10.0)
+    waits = []
+    for _ in range(100):  # a write every 0.5 ms, for as long as the slot lasts: a busy loop
+        now, wait = gather(pacer, now + 0.0002, 0.0005)
+        waits.append(wait)
+    assert pacer.stretch == 2
+    assert sum(w > SLOT for w in waits[-50:]) >= 40  # most batches gather for two slots
+    for _ in range(100):  # four callers, all in at once, then nobody until the commit
+        now, wait = gather(pacer, now + 0.0002, None, burst=4)
+    assert pacer.stretch == 1
+
+
+def test_two_writers_never_wait_a_doubled_slot():
+    pacer = CommitPacer(SLOT, measure_every=0.005)
+    now = start_grouping(pacer, 10.0)
+    for _ in range(50):
+        now, wait = gather(pacer, now + 0.0002, None, burst=2)
+        assert wait <= SLOT
+    assert pacer.stretch == 1

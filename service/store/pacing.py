@@ -21,6 +21,13 @@ tells the cases apart from what the batches held:
   loop has lulls, and committing its writes one by one until the next probe
   cost it a third of its commits' worth of throughput. (With two writers or
   fewer, committing at once is what serves them best.)
+- Counts of three writers or more alternate between a slot of `interval` and
+  one twice as long. When the long one counts at least half again as many
+  writers, the writers are more than a slot can gather: the loop is
+  the bottleneck and they queue in front of it. Slots are then twice as long
+  (until a pair of counts says otherwise), so that each commit, whose fixed
+  cost is then paid out of everyone's throughput, serves twice as many.
+  A fixed set of callers counts the same in both and keeps the short slot.
 """
 
 from __future__ import annotations
@@ -45,15 +52,27 @@ class CommitPacer:
         self._next_probe = float("-inf")
         self._waiting = False  # the batch being gathered waits for the slot
         self._closing_early = False  # ... and may close once `_writers` writes are in
+        self.stretch = 1  # slot length in intervals: 2 while the writers outnumber a slot
+        self._batch_stretch = 1  # the slot length of the batch being gathered
+        self._long_count_next = False  # the next count uses a doubled slot
+        self._short_count = 0  # the last counts in a single and a double slot
+        self._long_count = 0
 
     def on_write(self, now: float, pending: int, scheduled: bool) -> float | None:
         """A write was queued (`pending` writes now). Returns when the batch should
         commit (seconds from now; 0 = the next loop iteration), or None to keep the
         current schedule."""
         if not scheduled:
-            wait = self.last_commit + self.interval - now
+            counting = now >= self._counted_until
+            if not self.grouping:
+                self._batch_stretch = 1  # a probe for other writers: one slot
+            elif counting:
+                self._batch_stretch = 2 if self._long_count_next else 1
+            else:
+                self._batch_stretch = self.stretch
+            wait = self.last_commit + self.interval * self._batch_stretch - now
             self._waiting = wait > 0 and (self.grouping or now >= self._next_probe)
-            self._closing_early = self._waiting and now < self._counted_until and self._writers <= self.few
+            self._closing_early = self._waiting and not counting and self._writers <= self.few
             if not self._waiting:
                 return 0.0
             if self._closing_early and pending >= self._writers:
@@ -73,6 +92,7 @@ class CommitPacer:
         if waited_whole_slot:
             self._counts = (*self._counts[-2:], size)
             self._writers = max(self._counts)
+            self._compare_slots(size)
             self._counted_until = now + self.measure_every
             self._lone_run = self._lone_run + 1 if size <= 1 else 0
             if size <= 1 and (self._lone_run >= self.lone_slots or self._writers <= 2 or not self.grouping):
@@ -85,3 +105,18 @@ class CommitPacer:
             # Independent writers appeared: wait whole slots until they are counted.
             self.grouping = True
             self._counts, self._counted_until = (), float("-inf")
+            self.stretch, self._long_count_next, self._short_count, self._long_count = 1, False, 0, 0
+
+    def _compare_slots(self, size: int) -> None:
+        """Record a whole slot's count by its length; a long count that exceeds the
+        short one by half (the writers outnumber a slot) doubles the slot."""
+        if self._batch_stretch == 2:
+            self._long_count = size
+        else:
+            self._short_count = size
+        # Two writers or fewer are never more than a slot gathers: no long count for them.
+        self._long_count_next = self._batch_stretch == 1 and size >= 3
+        if self._short_count < 3:
+            self.stretch = 1
+        elif self._long_count:
+            self.stretch = 2 if self._long_count * 2 >= self._short_count * 3 else 1
