@@ -5,8 +5,9 @@ committed together, in call order, in one transaction, by a callback on the
 event loop that owns the store; each caller's coroutine returns only after its
 transaction committed. A lone caller's write commits on the next loop
 iteration; when independent callers write, commits wait for the next slot
-(`commit_interval`, default 5 ms, after the last one) so that all their writes
-share one transaction (service.store.pacing decides which case it is). That is
+(`commit_interval`, default 5 ms, after the last one; doubled while more of
+them arrive than a slot gathers) so that all their writes share one
+transaction (service.store.pacing decides which case it is). That is
 what makes the store cheap: a commit of 15 saves costs little more than a
 commit of one, and no thread hand-off (and no fight for the GIL) sits on the
 path of a request. A cancelled caller does not un-queue its write.
