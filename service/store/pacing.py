@@ -26,8 +26,10 @@ tells the cases apart from what the batches held:
   writers, the writers are more than a slot can gather: the loop is
   the bottleneck and they queue in front of it. Slots are then twice as long
   (until a pair of counts says otherwise), so that each commit, whose fixed
-  cost is then paid out of everyone's throughput, serves twice as many.
-  A fixed set of callers counts the same in both and keeps the short slot.
+  cost is then paid out of everyone's throughput, serves twice as many. The
+  loop does not idle for it: writes that keep arriving through the long slot
+  are work it was doing all along. A fixed set of callers (all of them already
+  waiting in the batch) counts the same in both and keeps the short slot.
 """
 
 from __future__ import annotations
