@@ -54,20 +54,14 @@ class Caller:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
-def make_parts(content: PartsLike) -> list[pb.Part]:
-    if isinstance(content, str):
-        return [pb.Part(text=content)]
-    if isinstance(content, pb.Part):
-        return [content]
-    return list(content)
-
-
 def _add_parts(into: Any, content: PartsLike) -> None:
-    """make_parts straight into a repeated field (no intermediate Part for text)."""
+    """Text, one Part or several, appended to a repeated Part field."""
     if isinstance(content, str):
         into.add(text=content)
+    elif isinstance(content, pb.Part):
+        into.append(content)
     else:
-        into.extend(make_parts(content))
+        into.extend(content)
 
 
 def agent_message(content: PartsLike | pb.Message, task_id: str, context_id: str) -> pb.Message:
