@@ -148,10 +148,7 @@ class InputPolicy:
         for i, part in enumerate(message.parts):
             kind = part.WhichOneof("content")
             if kind == "text" and not part.media_type and self.plain_text_accepted:
-                # The common case, without building field paths for errors that do not happen.
-                text = part.text
-                if len(text) * 4 > limits.max_text_bytes:
-                    self._check_text(text, f"{prefix}.parts[{i}].text")
+                self._check_text(part.text, f"{prefix}.parts[{i}].text")  # the common case
                 continue
             where = f"{prefix}.parts[{i}]"
             path = self._check_url(part.url, f"{where}.url") if kind == "url" else None

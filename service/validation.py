@@ -18,7 +18,6 @@ from gen import a2a_pb2 as pb
 from service.errors import invalid_field
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
-_is_id = ID_PATTERN.fullmatch
 ID_RULE = "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"
 _REQUIRED = field_behavior_pb2.FieldBehavior.REQUIRED
 _STRUCT_TYPES = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
@@ -86,14 +85,10 @@ def check_history_length(request: ProtoMessage, field: str = "historyLength") ->
 
 
 def check_message(message: pb.Message, prefix: str = "message") -> None:
-    """What the contract cannot say about an incoming message (field names are built
-    only for an error: this runs on every send)."""
-    if not _is_id(message.message_id):
-        check_id(message.message_id, f"{prefix}.messageId", required=True)
-    if message.task_id and not _is_id(message.task_id):
-        check_id(message.task_id, f"{prefix}.taskId")
-    if message.context_id and not _is_id(message.context_id):
-        check_id(message.context_id, f"{prefix}.contextId")
+    """What the contract cannot say about an incoming message."""
+    check_id(message.message_id, f"{prefix}.messageId", required=True)
+    check_id(message.task_id, f"{prefix}.taskId")
+    check_id(message.context_id, f"{prefix}.contextId")
     for i, ref in enumerate(message.reference_task_ids):
         check_id(ref, f"{prefix}.referenceTaskIds[{i}]", required=True)
     for i, part in enumerate(message.parts):
