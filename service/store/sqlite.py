@@ -871,10 +871,14 @@ class SqliteTaskStore:
                   " (commits paused)" if paused else "", copied, frames,
                   1000 * (time.monotonic() - started), " (busy)" if busy else "")
 
+    @staticmethod
+    def _report_checkpoint(fut: asyncio.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            log.error("task store: checkpoint failed: %s", "cancelled" if fut.cancelled() else fut.exception())
+
     def _copy_done(self, fut: asyncio.Future) -> None:
         self._copying = None
-        if fut.cancelled() or fut.exception() is not None:
-            log.error("task store: checkpoint failed: %s", None if fut.cancelled() else fut.exception())
+        self._report_checkpoint(fut)
         if self._open and self._loop is not None and self._helper is not None:
             # No commit runs now (they run on this loop): pause them for the last frames.
             self._checkpoint = self._loop.run_in_executor(self._helper, self._checkpoint_sync, True)
@@ -882,8 +886,7 @@ class SqliteTaskStore:
 
     def _checkpoint_done(self, fut: asyncio.Future) -> None:
         self._checkpoint = None
-        if not fut.cancelled() and fut.exception() is not None:
-            log.error("task store: checkpoint failed: %s", fut.exception())
+        self._report_checkpoint(fut)
         if self._open and self._pending and self._flush_handle is None:
             self._schedule(0)
 
