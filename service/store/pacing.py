@@ -34,6 +34,9 @@ tells the cases apart from what the batches held:
 
 from __future__ import annotations
 
+# Two writers or fewer are served best by committing at once, and never outnumber a slot.
+_PAIR = 2
+
 
 class CommitPacer:
     """The decisions of one store's writer; times are the event loop's clock."""
@@ -97,7 +100,7 @@ class CommitPacer:
             self._compare_slots(size)
             self._counted_until = now + self.measure_every
             self._lone_run = self._lone_run + 1 if size <= 1 else 0
-            if size <= 1 and (self._lone_run >= self.lone_slots or self._writers <= 2 or not self.grouping):
+            if size <= 1 and (self._lone_run >= self.lone_slots or self._writers <= _PAIR or not self.grouping):
                 # A lone caller (or a probe that found nobody): the waits gathered nothing.
                 self.grouping = False
                 self._lone_run = 0
@@ -116,9 +119,8 @@ class CommitPacer:
             self._long_count = size
         else:
             self._short_count = size
-        # Two writers or fewer are never more than a slot gathers: no long count for them.
-        self._long_count_next = self._batch_stretch == 1 and size >= 3
-        if self._short_count < 3:
+        self._long_count_next = self._batch_stretch == 1 and size > _PAIR
+        if self._short_count <= _PAIR:
             self.stretch = 1
         elif self._long_count:
             self.stretch = 2 if self._long_count * 2 >= self._short_count * 3 else 1
