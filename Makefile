@@ -8,9 +8,10 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 
-.PHONY: setup run test lint gen check-gen bench clean tools
+.PHONY: setup run test lint gen bench clean tools help
 
-setup: $(STAMP)
+# `make` alone is `make setup` (the first target); `make help` lists the targets.
+setup: $(STAMP)  ## create .venv and install the package with its dev dependencies
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,26 +22,29 @@ $(STAMP): pyproject.toml
 $(BUF):
 	npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
 
-tools: $(BUF)
+tools: $(BUF)  ## install the buf CLI under .tools/
 
-run: setup
+run: setup  ## run the service (python -m service serve)
 	$(PY) -m service serve
 
-test: setup tools
+test: setup tools  ## run the whole test suite
 	$(PY) -m pytest -q
 
 # buf cannot resolve the google/api imports (installed googleapis-common-protos,
 # no registry deps), so lint an image compiled by grpcio-tools; see buf.yaml.
-lint: setup tools
+lint: setup tools  ## buf lint the proto, ruff check the Python
 	$(PY) -m service.codegen image build/a2a.binpb
 	$(BUF) lint build/a2a.binpb --path a2a.proto
 	$(PY) -m ruff check service gateway tests
 
-gen: setup
+gen: setup  ## regenerate the gRPC code under gen/ from proto/
 	$(PY) -m service.codegen gen
 
-bench: setup
+bench: setup  ## run the benchmarks (tests/bench/run.py)
 	$(PY) tests/bench/run.py
 
-clean:
+clean:  ## remove .venv, .tools, build/ and egg-info
 	rm -rf $(VENV) .tools build *.egg-info
+
+help:  ## list the targets, one line each
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-8s %s\n", $$1, $$2}'
