@@ -50,11 +50,40 @@ async def test_stdout_streams_as_artifact_chunks(start_service):
         events = await drain(stub.SendStreamingMessage(request("x")))
     chunks = [e.artifact_update for e in events if e.WhichOneof("payload") == "artifact_update"]
     assert "".join(c.artifact.parts[0].text for c in chunks) == "one\ntwo\n"
-    assert len(chunks) >= 3  # "one", "two" arrive separately, then the closing chunk
+    assert len(chunks) >= 2  # "one" and "two" arrive separately; "two" closes the artifact
     assert chunks[0].append is False and all(c.append for c in chunks[1:])
     assert chunks[-1].last_chunk and not any(c.last_chunk for c in chunks[:-1])
     assert len({c.artifact.artifact_id for c in chunks}) == 1
     assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_the_artifact_has_no_empty_part(start_service):
+    _, channel, stub = await command_stub(start_service, "wc -w")
+    async with channel:
+        task = (await stub.SendMessage(request("three little words"))).task
+        events = await drain(stub.SendStreamingMessage(request("three little words")))
+    assert task.status.state == pb.TASK_STATE_COMPLETED
+    assert [p.text.strip() for p in task.artifacts[0].parts] == ["3"]
+    chunks = [e.artifact_update for e in events if e.WhichOneof("payload") == "artifact_update"]
+    assert [c.artifact.parts[0].text.strip() for c in chunks] == ["3"]
+    assert chunks[0].last_chunk and not chunks[0].append and len(chunks[0].artifact.parts) == 1
+
+
+async def test_a_chunk_held_through_silence_still_adds_no_empty_part(start_service):
+    _, channel, stub = await command_stub(start_service, "sh -c 'echo one; sleep 1'")
+    async with channel:
+        events = await drain(stub.SendStreamingMessage(request("x")))
+    chunks = [e.artifact_update for e in events if e.WhichOneof("payload") == "artifact_update"]
+    assert [p.text for c in chunks for p in c.artifact.parts] == ["one\n"]
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_no_output_no_artifact(start_service):
+    _, channel, stub = await command_stub(start_service, "true")
+    async with channel:
+        task = (await stub.SendMessage(request("x"))).task
+    assert task.status.state == pb.TASK_STATE_COMPLETED
+    assert len(task.artifacts) == 0
 
 
 async def test_each_context_has_its_own_working_directory(start_service, tmp_path):

@@ -1,8 +1,9 @@
 """Runs a configured program once per turn and streams what it prints.
 
-stdin is the message text; stdout becomes one artifact, chunk by chunk; exit
-status 0 completes the task, anything else fails it with the tail of stderr.
-Cancellation sends SIGTERM, then SIGKILL after a grace period. The program runs
+stdin is the message text; stdout becomes one artifact, chunk by chunk (no
+artifact when it prints nothing, never an empty part); exit status 0 completes
+the task, anything else fails it with the tail of stderr. Cancellation sends
+SIGTERM, then SIGKILL after a grace period. The program runs
 in the message's working directory (metadata a2a_service.cwd, checked by
 service.workspace) when it names one; otherwise each context gets its own
 directory under the data directory, kept across turns.
@@ -23,6 +24,7 @@ from service.agent import TurnContext
 from service.workspace import cwd_of
 
 CHUNK_BYTES = 64 * 1024
+FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence
 STDERR_TAIL = 2000
 
 
@@ -90,19 +92,45 @@ class CommandAgent:
             proc.stdin.close()
 
     async def _stream_stdout(self, proc: asyncio.subprocess.Process, ctx: TurnContext) -> None:
+        """stdout as one artifact whose last chunk carries last_chunk (and no empty part).
+
+        Each chunk is held back until the next one arrives, so the one before end of file
+        can be sent as the last; a chunk held for FLUSH_SECONDS of silence goes out anyway
+        (streaming stays live), and if the program then exits without printing more, the
+        artifact ends without a last_chunk marker: the task's final status closes it. No
+        output at all: no artifact.
+        """
         assert proc.stdout is not None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         artifact_id: str | None = None
-        while chunk := await proc.stdout.read(CHUNK_BYTES):
-            text = decoder.decode(chunk)
-            if text:
-                artifact_id = await ctx.artifact(
-                    text, artifact_id=artifact_id, name="stdout", append=artifact_id is not None
-                )
-        rest = decoder.decode(b"", final=True)
-        await ctx.artifact(
-            rest, artifact_id=artifact_id, name="stdout", append=artifact_id is not None, last_chunk=True
-        )
+        held = ""
+
+        async def send(text: str, last: bool) -> None:
+            nonlocal artifact_id
+            artifact_id = await ctx.artifact(
+                text, artifact_id=artifact_id, name="stdout", append=artifact_id is not None, last_chunk=last
+            )
+
+        read = asyncio.ensure_future(proc.stdout.read(CHUNK_BYTES))
+        try:
+            while True:
+                if held and not (await asyncio.wait({read}, timeout=FLUSH_SECONDS))[0]:
+                    await send(held, False)
+                    held = ""
+                chunk = await read
+                if not chunk:
+                    break
+                read = asyncio.ensure_future(proc.stdout.read(CHUNK_BYTES))
+                text = decoder.decode(chunk)
+                if text:
+                    if held:
+                        await send(held, False)
+                    held = text
+        finally:
+            read.cancel()
+        held += decoder.decode(b"", final=True)
+        if held:
+            await send(held, True)
 
     async def _stderr_tail(self, proc: asyncio.subprocess.Process) -> str:
         assert proc.stderr is not None
