@@ -11,12 +11,15 @@ is appended), or a local JSON file. Keys, by signature algorithm:
 - HS256: the shared secret, from the environment variable named by
   `--secret-env` or from `--secret-file` (never from the command line).
 
-Exit status: 0 a signature verified, 1 none did, 2 the card or keys could not be read.
+Exit status: 0 a signature verified, 1 none did, 2 the card or keys could not be read
+(DNS failure, refused connection, timeout, HTTP error, not JSON, too large; one line
+on stderr says which).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import pathlib
@@ -31,6 +34,7 @@ from service.signing import (
     DEFAULT_JWKS_PATH,
     SigningError,
     SigningKey,
+    decode_header,
     key_from_jwk,
     verify_card_json,
 )
@@ -38,6 +42,7 @@ from service.signing import (
 WELL_KNOWN_CARD = "/.well-known/agent-card.json"
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 TIMEOUT_SECONDS = 10.0
+SECRET_HINT = "pass the shared secret with --secret-env NAME or --secret-file FILE"
 
 
 class FetchError(Exception):
@@ -77,8 +82,9 @@ def fetch_json(source: str) -> Any:
             data = pathlib.Path(source).read_bytes()[: MAX_DOCUMENT_BYTES + 1]
     except urllib.error.HTTPError as exc:
         raise FetchError(f"{source}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        # DNS failure, refused connection, timeout, a bad URL, a broken response
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise FetchError(f"{source}: cannot read it ({reason})") from None
     if len(data) > MAX_DOCUMENT_BYTES:
         raise FetchError(f"{source}: larger than {MAX_DOCUMENT_BYTES} bytes")
@@ -96,6 +102,7 @@ class KeyFinder:
         self.jwks_source = jwks_source
         self.secret = secret
         self.sources: list[str] = []
+        self.unreadable: list[str] = []  # key sources that could not be read (exit status 2)
         self._sets: dict[str, list[SigningKey]] = {}
 
     def _default_jwks(self) -> str:
@@ -108,11 +115,12 @@ class KeyFinder:
         if source not in self._sets:
             try:
                 doc = fetch_json(source)
+                entries = doc.get("keys") if isinstance(doc, dict) else None
+                if not isinstance(entries, list):
+                    raise FetchError(f"{source}: not a JWK Set (no 'keys' array)")
             except FetchError as exc:
+                self.unreadable.append(str(exc))
                 raise SigningError(str(exc)) from None
-            entries = doc.get("keys") if isinstance(doc, dict) else None
-            if not isinstance(entries, list):
-                raise SigningError(f"{source}: not a JWK Set (no 'keys' array)")
             keys = []
             for entry in entries:
                 try:
@@ -126,7 +134,7 @@ class KeyFinder:
         kid = header.get("kid")
         if header.get("alg") == "HS256":
             if self.secret is None:
-                raise SigningError("HS256 signature: pass --secret-env or --secret-file")
+                raise SigningError(f"HS256 signature: {SECRET_HINT}")
             self.sources.append("the shared secret")
             return SigningKey(kid=str(kid), alg="HS256", secret=self.secret)
         jku = header.get("jku")
@@ -152,6 +160,18 @@ def _read_secret(args: argparse.Namespace) -> bytes | None:
     return None
 
 
+def _has_hs256(card: dict[str, Any]) -> bool:
+    """Whether a signature of the card says HS256 (needs the shared secret to check)."""
+    signatures = card.get("signatures")
+    for sig in signatures if isinstance(signatures, list) else []:
+        try:
+            if isinstance(sig, dict) and decode_header(sig.get("protected")).get("alg") == "HS256":
+                return True
+        except SigningError:
+            continue
+    return False
+
+
 def main(args: argparse.Namespace) -> int:
     if args.card_command != "verify":  # pragma: no cover - argparse allows only verify
         return 2
@@ -172,7 +192,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         verified = verify_card_json(card, finder, algorithms=algorithms)
     except SigningError as exc:
-        print(f"NOT VERIFIED: {url}: {exc}", file=sys.stderr)
+        if finder.unreadable:  # no signature verified and keys could not be read: exit 2
+            print(f"error: {finder.unreadable[0]}", file=sys.stderr)
+            return 2
+        hint = f" (HS256: {SECRET_HINT})" if secret is None and _has_hs256(card) and SECRET_HINT not in str(exc) else ""
+        print(f"NOT VERIFIED: {url}: {exc}{hint}", file=sys.stderr)
         return 1
     source = finder.sources[-1] if finder.sources else "?"
     print(f"verified: {url}: signature by kid {verified.kid!r} ({verified.alg}), key from {source}")
