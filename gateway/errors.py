@@ -43,8 +43,13 @@ class MethodNotAllowedError(InvalidRequestError):
 
 
 def http_headers(err: A2AError) -> dict[str, str] | None:
+    headers: dict[str, str] = {}
     allow = getattr(err, "allow", None)
-    return {"Allow": ", ".join(allow)} if allow else None
+    if allow:
+        headers["Allow"] = ", ".join(allow)
+    if err.retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    return headers or None
 
 
 def details_json(err: A2AError) -> list[dict[str, Any]]:

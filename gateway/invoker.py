@@ -35,6 +35,7 @@ from service.errors import (
     UnauthenticatedError,
 )
 from service.grpc_servicer import status_details
+from service.lifecycle import Gate
 
 # How long the proxy waits for a stream's first event before it commits to a
 # 200 event stream; errors raised later travel inside the stream.
@@ -68,6 +69,25 @@ class InProcessInvoker:
 
     async def close(self) -> None:
         return None
+
+
+class GatedInvoker:
+    """Refuses new calls once `gate` is closed (a draining proxy; in-process, A2AApi checks)."""
+
+    def __init__(self, inner: Invoker, gate: Gate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    async def unary(self, name: str, request: Message, call: CallContext) -> Message:
+        self._gate.check()
+        return await self._inner.unary(name, request, call)
+
+    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]:
+        self._gate.check()
+        return await self._inner.stream(name, request, call)
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 # ----------------------------------------------------------------------------- proxy mode

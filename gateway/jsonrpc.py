@@ -11,7 +11,8 @@ non-string `method`); -32601 unknown method; -32602 bad params (BadRequest
 details name the field); -32603 internal; A2A errors -32001..-32009. Every
 error's `data` is the array of typed details (`google.rpc.ErrorInfo`, ...).
 JSON-RPC errors travel with HTTP 200, as JSON-RPC over HTTP does, except
-transport-level refusals (401, 405, 413, 415) which keep their HTTP status.
+transport-level refusals (401, 405, 413, 415, and 503 while the server drains)
+which keep their HTTP status.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from service.errors import (
     as_a2a_error,
 )
 
-_KEEP_HTTP_STATUS = frozenset({401, 405, 413, 415})
+_KEEP_HTTP_STATUS = frozenset({401, 405, 413, 415, 503})
 
 
 def method_table(service: ServiceDescriptor) -> dict[str, tuple[MethodDescriptor, type[Message]]]:

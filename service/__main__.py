@@ -60,13 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from service.server import serve
+    from service.server import StartupError, serve
 
     try:
         asyncio.run(serve(settings))
-    except (ValueError, OSError) as exc:
+    except (StartupError, config.ConfigError) as exc:
+        # One line naming the setting; the traceback only for someone debugging.
+        logging.getLogger("service").debug("startup failed", exc_info=True)
         print(f"cannot start: {exc}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

@@ -29,6 +29,7 @@ from service.errors import (
     invalid_field,
 )
 from service.inputs import InputPolicy
+from service.lifecycle import Gate
 from service.store import Scope
 from service.validation import check_history_length, check_id, check_message, check_required
 
@@ -92,6 +93,7 @@ class A2AApi:
         required_extensions: tuple[str, ...] = (),
         push: PushHooks | None = None,
         inputs: InputPolicy | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.engine = engine
         self.cards = cards
@@ -99,10 +101,13 @@ class A2AApi:
         self.required_extensions = required_extensions
         self.push = push  # None: configs are only stored (no delivery, no SSRF check)
         self.inputs = inputs  # None: no limits, media type or workspace checks (service.inputs)
+        self.gate = gate or Gate()  # closed by a drain: new calls are refused
 
     # ---- shared checks -----------------------------------------------------
 
     def _admit(self, call: CallContext, request: object) -> Scope:
+        if self.gate.closed:
+            self.gate.check()
         version = call.version
         if version != "1.0" and not is_supported_version(version):
             raise VersionNotSupportedError(

@@ -15,21 +15,33 @@ from service.store import StoredEvent
 _CLOSED = None  # queue sentinel: the publisher closed the topic
 
 
+class _Ended:
+    """Queue item: the subscription ends with this error (the server is shutting down)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 class Subscription:
     def __init__(self, bus: InProcessBus, key: str) -> None:
         self._bus = bus
         self.key = key
-        self.queue: asyncio.Queue[StoredEvent | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[StoredEvent | _Ended | None] = asyncio.Queue()
 
     def close(self) -> None:
         self._bus._drop(self)
 
     async def events(self) -> AsyncIterator[StoredEvent]:
-        """Events until the topic is closed; the caller decides when to stop earlier."""
+        """Events until the topic is closed; the caller decides when to stop earlier. Raises
+        the error a subscription was ended with (`InProcessBus.end_all`)."""
         while True:
             item = await self.queue.get()
             if item is _CLOSED:
                 return
+            if isinstance(item, _Ended):
+                raise item.error
             yield item
 
 
@@ -50,6 +62,16 @@ class InProcessBus:
     def close_topic(self, key: str) -> None:
         for sub in self._topics.pop(key, ()):
             sub.queue.put_nowait(_CLOSED)
+
+    def end_all(self, error: BaseException) -> int:
+        """End every subscription with `error` (after what it already holds); returns how many."""
+        ended = 0
+        for subs in self._topics.values():
+            for sub in subs:
+                sub.queue.put_nowait(_Ended(error))
+                ended += 1
+        self._topics.clear()
+        return ended
 
     def _drop(self, sub: Subscription) -> None:
         subs = self._topics.get(sub.key)

@@ -71,7 +71,8 @@ class Settings:
     required_extensions: list[str] = field(default_factory=list)
     card_max_age: int = 60
     sse_keepalive_seconds: float = 15.0  # comment line sent on idle event streams
-    drain_seconds: float = 5.0
+    drain_seconds: float = 5.0  # on SIGTERM: how long running turns and in-flight calls may finish
+    drain_grace_seconds: float = 1.0  # on SIGTERM: how long new calls are still taken (health is already non-serving)
     log_level: str = "INFO"
     # input limits and workspaces (validated in service/inputs.py; README "Input validation")
     max_request_bytes: int = 16 * 1024 * 1024  # whole request: gRPC max receive size, HTTP body limit
@@ -201,6 +202,10 @@ def validate(s: Settings) -> None:
             raise ConfigError("upstream: proxy mode serves only the HTTP gateway; set http_port (not -1)")
     if s.sse_keepalive_seconds <= 0:
         raise ConfigError("sse_keepalive_seconds: must be positive (seconds between keep-alive comments)")
+    if not 0 <= s.drain_seconds <= 3600:
+        raise ConfigError(f"drain_seconds: must be between 0 and 3600 (seconds), got {s.drain_seconds}")
+    if not 0 <= s.drain_grace_seconds <= 3600:
+        raise ConfigError(f"drain_grace_seconds: must be between 0 and 3600 (seconds), got {s.drain_grace_seconds}")
     if s.card_max_age < 0:
         raise ConfigError("card_max_age: must not be negative")
     if not 0 <= s.store_commit_interval_ms <= 1000:

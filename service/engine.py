@@ -38,6 +38,10 @@ MAX_PAGE_SIZE = 100
 RESTART_MESSAGE = (
     "The server stopped while this task was running; the turn was lost. Send a new message to retry."
 )
+SHUTDOWN_MESSAGE = (
+    "The server shut down while this task was running; the turn was stopped. "
+    "Send a new message to retry."
+)
 
 
 def shape_task(task: pb.Task, history_length: int | None, include_artifacts: bool = True) -> pb.Task:
@@ -256,11 +260,7 @@ class Engine:
             if run.cancel_requested:
                 run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
             else:
-                # Server shutdown: restart recovery marks the task. Waiters and streams are
-                # released now rather than left to the transport's grace timeout.
-                run.agent_task = None
-                await run.finish()
-                raise
+                self._stopped_by_shutdown(run)
         except Exception as exc:  # the agent broke: the task fails, the server keeps serving
             ref = internal_error(exc, f"agent turn of task {run.task_id}").metadata["ref"]
             run.force_state(pb.TASK_STATE_FAILED, f"The agent failed (ref {ref}).")
@@ -437,17 +437,47 @@ class Engine:
 
     # ---- shutdown ------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Stop agent coroutines (their tasks are recovered on next start) and flush."""
+    def busy(self) -> bool:
+        """Whether any turn is still at work: an agent running (not paused for input), or
+        events not yet committed. What a drain waits for."""
+        for run in self._runs.values():
+            if run.agent_alive and run.input_waiter is None:
+                return True
+            if not run.idle:
+                return True
+        return False
+
+    def end_streams(self, error: BaseException) -> int:
+        """End every open event stream with `error` (their tasks go on); returns how many."""
+        return self.bus.end_all(error)
+
+    def _stopped_by_shutdown(self, run: TaskRun) -> None:
+        """A turn cut short by shutdown: a paused one keeps its interrupted state (a follow-up
+        after the restart starts a new turn); a working one ends FAILED, saying why."""
+        if run.input_waiter is None and not run.settled:
+            run.force_state(pb.TASK_STATE_FAILED, SHUTDOWN_MESSAGE)
+
+    async def shutdown(self) -> int:
+        """Stop every agent coroutine, settle the tasks they were working on (FAILED with
+        SHUTDOWN_MESSAGE), and commit everything; returns how many tasks were stopped."""
         runs = list(self._runs.values())
+        stopped = 0
         for run in runs:
             if run.agent_alive:
                 assert run.agent_task is not None
+                if run.input_waiter is None and not run.settled:
+                    stopped += 1
                 run.agent_task.cancel()
         for run in runs:
             if run.agent_task is not None:
                 await asyncio.gather(run.agent_task, return_exceptions=True)
+            if run.agent_task is not None and run.agent_task.done():
+                # Cancelled before its first step: _drive never ran to settle it.
+                run.agent_task = None
+                self._stopped_by_shutdown(run)
+                await run.finish()
             try:
                 await run.flushed()
             except BaseException:
-                pass
+                pass  # logged by the flusher; the store's close reports what is left
+        return stopped

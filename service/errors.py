@@ -35,11 +35,15 @@ class A2AError(Exception):
         *,
         metadata: dict[str, str] | None = None,
         field_violations: list[tuple[str, str]] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         self.message = message or self.default_message
         self.metadata = metadata or {}
         # (field path, description) pairs, sent as google.rpc.BadRequest.
         self.field_violations = field_violations or []
+        # Seconds a client should wait before trying again: google.rpc.RetryInfo, and
+        # Retry-After on HTTP.
+        self.retry_after = retry_after
         super().__init__(self.message)
 
 
@@ -158,6 +162,16 @@ class UnauthenticatedError(A2AError):
     default_message = "Unauthorized"
 
 
+class UnavailableError(A2AError):
+    """The service cannot take the call now (it is shutting down, or overloaded): retry."""
+
+    reason = "UNAVAILABLE"
+    grpc_status = "UNAVAILABLE"
+    http_status = 503
+    jsonrpc_code = -32603
+    default_message = "The service is unavailable; try again later."
+
+
 class InternalError(A2AError):
     reason = "INTERNAL_ERROR"
     grpc_status = "INTERNAL"
@@ -200,4 +214,8 @@ def error_details(err: A2AError) -> list[Message]:
         for path, problem in err.field_violations:
             bad.field_violations.add(field=path, description=problem)
         details.append(bad)
+    if err.retry_after is not None:
+        info = error_details_pb2.RetryInfo()
+        info.retry_delay.FromNanoseconds(int(err.retry_after * 1e9))
+        details.append(info)
     return details

@@ -1,21 +1,38 @@
 """The composition root: builds config, store, engine, API, gRPC server (with
 health and reflection) and, when enabled, the HTTP gateway; owns startup, drain
 and shutdown. Nothing else constructs these parts.
+
+Startup takes the data directory's lock before anything in it is opened (so
+restart recovery never touches another live server's tasks); every startup
+failure becomes one `StartupError` line naming the setting. Shutdown drains:
+health goes non-serving at once, new calls are still taken for
+`drain_grace_seconds` (load balancers notice), then refused with UNAVAILABLE /
+503 + Retry-After; running turns get up to `drain_seconds`; then open streams
+end with an UNAVAILABLE error that says they can be resumed, turns still running
+are stopped and their tasks settle FAILED, and everything is committed before
+the process exits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
+import os
+import pathlib
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from gateway.app import build_app
-from gateway.invoker import GrpcInvoker, InProcessInvoker, Invoker
+from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
 from gen import a2a_pb2 as pb
 from service.agent import load_agent
@@ -23,11 +40,14 @@ from service.api import A2AApi
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.card import CardBuilder, interface
-from service.config import Settings
+from service.config import ConfigError, Settings
 from service.engine import Engine
+from service.errors import UnavailableError
 from service.grpc_handlers import add_servicer
 from service.grpc_servicer import SERVICE, make_servicer
 from service.inputs import policy_from_settings
+from service.lifecycle import Gate
+from service.ownership import LOCK_FILE, InUseError, Ownership
 from service.push import PushNotifications
 from service.signing import CardSigner, SignedCards, signer_from_settings
 from service.store import TaskStore, open_store
@@ -35,6 +55,48 @@ from service.store import TaskStore, open_store
 log = logging.getLogger("service")
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"  # same messages as v1alpha, newer name
+STREAM_SHUTDOWN_MESSAGE = (
+    "The server is shutting down; this stream ended before its task did. Resume it with "
+    "SubscribeToTask (on HTTP, send Last-Event-ID with the id of the last event received)."
+)
+RESPONSE_FLUSH_SECONDS = 2.0  # after the drain: time for answers already made to be written
+
+
+class StartupError(Exception):
+    """The service cannot start; the message names the setting and the cause, in one line."""
+
+
+@contextlib.contextmanager
+def _setting(key: str) -> Iterator[None]:
+    """Turn a failure of one startup step into a StartupError naming `key`."""
+    try:
+        yield
+    except (StartupError, ConfigError):
+        raise
+    except OSError as exc:
+        raise StartupError(f"{key}: {_os_reason(exc)}") from exc
+    except Exception as exc:
+        raise StartupError(f"{key}: {exc}") from exc
+
+
+def _os_reason(exc: OSError) -> str:
+    if exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return exc.strerror or str(exc)
+
+
+def _bind_reason(host: str, port: int) -> str:
+    """Why gRPC could not listen on host:port ('' if a bind works): grpc itself only says
+    "Failed to bind", so try the bind here."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(infos[0][4])
+    except OSError as exc:
+        return exc.strerror or os.strerror(exc.errno or errno.EADDRINUSE)
+    return ""
 
 
 def build_agent(settings: Settings):
@@ -63,35 +125,44 @@ class Service:
     auth: Authenticator | None = None  # None: authentication is off
     tls: TlsFiles | None = None
     serving: bool = False  # what both health checks report
+    gate: Gate = field(default_factory=Gate)  # closed: new calls are refused (draining)
+    ownership: Ownership = field(default_factory=Ownership)
+    _started: bool = False  # start() completed: there may be callers to drain
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
+        """Start everything or nothing: StartupError (or ConfigError) names what failed."""
         s = self.settings
-        self.auth = authenticator_from(s)  # ConfigError for unusable credentials, before any listener
-        self.tls = tls_from(s)
-        for warning in startup_warnings(s, self.auth, self.tls):
-            log.warning("%s", warning)
-        agent = build_agent(s)
-        if s.http_port >= 0:
-            # Bound first: the agent card must advertise the real port (--http-port 0).
-            self.http = HttpServer(s.host, s.http_port)
-            self.http_port = self.http.port
         try:
+            self._claim_data()  # before anything in the data directory is opened
+            self.auth = authenticator_from(s)  # ConfigError for unusable credentials, before any listener
+            self.tls = tls_from(s)
+            for warning in startup_warnings(s, self.auth, self.tls):
+                log.warning("%s", warning)
+            with _setting("agent"):
+                agent = build_agent(s)
+            if s.http_port >= 0:
+                # Bound first: the agent card must advertise the real port (--http-port 0).
+                with _setting("http_port"):
+                    self.http = HttpServer(s.host, s.http_port)
+                self.http_port = self.http.port
             if self.auth is not None and self.auth.jwt is not None:
                 await self.auth.jwt.keys.prime()
             if s.upstream:
                 self.cards = self._cards(agent)
-                self.invoker = GrpcInvoker(s.upstream, SERVICE)
+                self.invoker = GatedInvoker(GrpcInvoker(s.upstream, SERVICE), self.gate)
             else:
                 await self._start_core(agent)
                 assert self.api is not None
                 self.invoker = InProcessInvoker(self.api, SERVICE)
             if self.http is not None:
-                await self._start_gateway()
+                with _setting("http_port"):
+                    await self._start_gateway()
         except BaseException:
             await self.stop()
             raise
         self.serving = True
+        self._started = True
         if self.health is not None:
             await self._set_health(health_pb2.HealthCheckResponse.SERVING)
 
@@ -114,13 +185,39 @@ class Service:
         log.info("HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s%s)",
                  s.host, self.http_port, mode, _security_note(self.auth, self.tls))
 
+    def _claim_data(self) -> None:
+        """Lock the data directory (and a task database kept elsewhere) for this process,
+        when this process will write there; InUseError names the owner."""
+        s = self.settings
+        if s.upstream:
+            return  # proxy mode keeps no state
+        data_dir = pathlib.Path(s.data_dir)
+        db = pathlib.Path(s.store_url[len("sqlite:"):].removeprefix("//")) if s.store_url.startswith("sqlite:") else None
+        uses_dir = (db is not None or s.agent == "command"
+                    or (s.push_notifications and (s.push_queue == "local-file" or not s.push_secret_keys)))
+        try:
+            if uses_dir:
+                self.ownership.claim(data_dir / LOCK_FILE, f"data directory {data_dir.resolve()}")
+            if db is not None and db.parent.resolve() != data_dir.resolve():
+                self.ownership.claim(db.with_name(db.name + ".lock"), f"task database {db.resolve()}")
+        except InUseError as exc:
+            raise StartupError(f"{'data_dir' if uses_dir else 'store'}: {exc}") from None
+        except OSError as exc:
+            raise StartupError(f"data_dir: cannot create or lock {data_dir}: {exc.strerror or exc}") from None
+
     async def _start_core(self, agent: object) -> None:
         """Store, engine, API and the gRPC server (with health and reflection)."""
         s = self.settings
-        self.store = open_store(s.store_url, s.store_commit_interval_ms)
-        await self.store.open()
+        with _setting("store"):
+            self.store = open_store(s.store_url, s.store_commit_interval_ms)
+            try:
+                await self.store.open()
+            except Exception as exc:
+                raise StartupError(f"store: cannot open {_safe_store(s.store_url)} ({exc})") from exc
+        push_key = "push_redis_url" if s.push_queue == "redis-streams" else "push_queue"
         if s.push_notifications:
-            self.push = PushNotifications.from_settings(s, self.store)
+            with _setting(push_key):
+                self.push = PushNotifications.from_settings(s, self.store)
         self.engine = Engine(self.push.store if self.push else self.store, agent,
                              on_commit=self.push.on_commit if self.push else None,
                              event_pace=s.store_commit_interval_ms / 1000)
@@ -128,7 +225,8 @@ class Service:
         if lost:
             log.warning("marked %d task(s) FAILED that were running when the server last stopped", lost)
         if self.push is not None:
-            await self.push.start()  # after recover: its events are pushed too
+            with _setting(push_key):
+                await self.push.start()  # after recover: its events are pushed too
 
         server = grpc.aio.server(
             options=[
@@ -138,12 +236,20 @@ class Service:
             ]
         )
         address = f"{s.host}:{s.grpc_port}"
-        if self.tls is not None:
-            self.grpc_port = server.add_secure_port(address, self.tls.grpc_credentials())
-        else:
-            self.grpc_port = server.add_insecure_port(address)
+        if s.grpc_port:  # find a taken port here: grpc would log its own error lines first
+            reason = _bind_reason(s.host, s.grpc_port)
+            if reason:
+                raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
+        try:
+            if self.tls is not None:
+                self.grpc_port = server.add_secure_port(address, self.tls.grpc_credentials())
+            else:
+                self.grpc_port = server.add_insecure_port(address)
+        except RuntimeError:
+            self.grpc_port = 0
         if not self.grpc_port:
-            raise OSError(f"cannot listen for gRPC on {s.host}:{s.grpc_port}")
+            reason = _bind_reason(s.host, s.grpc_port) or "the port could not be bound"
+            raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
         self.cards = self._cards(agent)
         self.api = A2AApi(
             self.engine, self.cards,
@@ -151,16 +257,14 @@ class Service:
             required_extensions=tuple(s.required_extensions),
             push=self.push,
             inputs=policy_from_settings(s, self.cards.public_card(), self.engine),
+            gate=self.gate,
         )
         add_servicer(make_servicer(self.api, authenticate=self.auth), server, authenticate=self.auth)
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME),
-            server,
-        )
-        await server.start()
+        _enable_reflection(server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
+        with _setting("grpc_port"):
+            await server.start()
         self.grpc_server = server
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
         log.info("gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
@@ -215,34 +319,67 @@ class Service:
             await self.health.set(name, status)
 
     async def stop(self) -> None:
-        """Drain: both health checks go non-serving, in-flight calls on both servers finish
-        (bounded by drain_seconds; new ones are still accepted meanwhile on HTTP), then the
-        listeners close, remaining streams end with the engine, and the store closes."""
+        """Drain, then stop (see the module docstring for the order)."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         self.serving = False
         if self.health is not None:
-            await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+            await self.health.enter_graceful_shutdown()  # every service name: NOT_SERVING
+        loop = asyncio.get_running_loop()
         drain = self.settings.drain_seconds
-        draining = []
-        if self.grpc_server is not None:
-            draining.append(self.grpc_server.stop(drain))
-        if self.http is not None:
-            draining.append(self.http.drain(drain))
-        await asyncio.gather(*draining)
-        http_stopped = asyncio.ensure_future(self.http.stop()) if self.http is not None else None
+        deadline = loop.time() + drain
+        grace = min(self.settings.drain_grace_seconds, drain)
+        if grace > 0 and self._started:
+            await asyncio.sleep(grace)  # load balancers see the health change; calls still served
+        self.gate.close()
+        while self._busy() and loop.time() < deadline:  # noqa: ASYNC110 - no event covers both servers
+            await asyncio.sleep(0.05)
         if self.engine is not None:
-            await self.engine.close()  # ends the streams still open
-        if http_stopped is not None:
-            await http_stopped
+            ended = self.engine.end_streams(UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1))
+            stopped = await self.engine.shutdown()
+            if ended or stopped:
+                log.info("shutdown: ended %d open stream(s); %d running task(s) stopped and marked FAILED",
+                         ended, stopped)
+        flushing = []
+        if self.grpc_server is not None:
+            flushing.append(self.grpc_server.stop(RESPONSE_FLUSH_SECONDS))
+        if self.http is not None:
+            flushing.append(self.http.drain(RESPONSE_FLUSH_SECONDS))
+        await asyncio.gather(*flushing)
+        if self.http is not None:
+            await self.http.stop()
         if self.invoker is not None:
             await self.invoker.close()
         if self.push is not None:
             await self.push.stop()
         if self.store is not None:
             await self.store.close()
-        log.info("stopped")
+        self.ownership.release()
+        if self._started:
+            log.info("stopped")
+
+    def _busy(self) -> bool:
+        """Work a drain waits for: running turns, and HTTP requests in flight."""
+        if self.engine is not None and self.engine.busy():
+            return True
+        return self.http is not None and self.http.in_flight() > 0
+
+
+def _enable_reflection(server: grpc.aio.Server, service_names: tuple[str, ...]) -> None:
+    """Server reflection under both names: v1alpha (grpcurl, older tools) and v1 (newer
+    tools). The two protocols have identical messages, so one servicer serves both."""
+    names = (*service_names, reflection.SERVICE_NAME, REFLECTION_V1)
+    servicer = ReflectionServicer(names)
+    reflection.enable_server_reflection(names, server)
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": handler}),)
+    )
 
 
 def _security_note(auth: Authenticator | None, tls: TlsFiles | None) -> str:
@@ -266,19 +403,19 @@ def _safe_store(url: str) -> str:
 
 
 async def serve(settings: Settings) -> None:
-    """Run until SIGINT/SIGTERM, then drain."""
+    """Run until SIGINT/SIGTERM, then drain. StartupError/ConfigError: nothing is left running."""
     import signal
 
-    service = Service(settings)
-    await service.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    service = Service(settings)
+    await service.start()
     http = f" http={service.http_port}" if service.http is not None else ""
     print(f"A2A service ready: grpc={service.grpc_port}{http}", flush=True)
     await stop.wait()
     await service.stop()
 
 
-__all__ = ["Service", "serve", "pb"]
+__all__ = ["Service", "StartupError", "serve", "pb"]

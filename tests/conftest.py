@@ -29,7 +29,7 @@ def missing_part(reason: str) -> None:
 
 def make_settings(tmp_path: pathlib.Path, **overrides) -> Settings:
     values = dict(host="127.0.0.1", grpc_port=0, http_port=-1, data_dir=str(tmp_path / "data"),
-                  push_notifications=True, drain_seconds=0.5)
+                  push_notifications=True, drain_seconds=0.5, drain_grace_seconds=0.0)
     values.update(overrides)
     return Settings(**values)
 

@@ -23,7 +23,8 @@ class ServerProcess:
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.grpc_port = free_port()
         self.args = ["--host", "127.0.0.1", "--grpc-port", str(self.grpc_port), "--http-port", "-1", *args]
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        # No drain grace unless a test asks for one: nothing balances load in front of it.
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "A2A_DRAIN_GRACE_SECONDS": "0", **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
 

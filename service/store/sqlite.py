@@ -607,8 +607,9 @@ class SqliteTaskStore:
             try:
                 wconn, rconn, cconn, pin = await asyncio.to_thread(self._open_sync)
             except (sqlite3.Error, OSError) as exc:
-                log.error("task store: cannot open the database file %s: %s", Path(self._path).name, type(exc).__name__)
-                raise _unavailable() from None
+                # Startup reports it as one line naming the store setting.
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise RuntimeError(f"{_UNAVAILABLE}: {reason}") from None
             self._loop = asyncio.get_running_loop()
             self._wconn, self._rconn, self._cconn, self._pin = wconn, rconn, cconn, pin
             self._pending = []
