@@ -80,18 +80,40 @@ def json_path(chain: list[FieldDescriptor]) -> str:
 # ---------------------------------------------------------------- request building
 
 
+# A \\u escape of a UTF-16 surrogate (U+D800-U+DFFF). Paired ones are fine (they decode to
+# one character); an unpaired one decodes to a lone surrogate that no UTF-8 text can hold.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def parse_json_body(raw: bytes) -> Any:
-    """JSON text -> value, or JSONParseError (-32700 / HTTP 400) naming the problem."""
+    """JSON text -> value, or JSONParseError (-32700 / HTTP 400) naming the problem.
+
+    Besides what `json.loads` refuses, text no request field can hold is a parse error,
+    so it never reaches a handler (nor fails while the answer is written, after the
+    request ran): text that is not UTF-8 (UTF-16/32 too; a UTF-8 BOM is skipped), and an
+    unpaired surrogate escape (`"\\ud800"`, in a value or a key).
+    """
     try:
-        return json.loads(raw)
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise JSONParseError("The request body is not valid UTF-8 JSON.") from None
+    try:
+        doc = json.loads(text)
+        if _SURROGATE_ESCAPE.search(text) is not None:
+            # Maybe a false alarm (an escaped backslash before "ud800"): the parsed value tells.
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise JSONParseError(
+            "The request body is not valid JSON text: a \\u escape is an unpaired UTF-16 surrogate "
+            "(\\ud800-\\udfff must come as a high-low pair)."
+        ) from None
     except RecursionError:
         raise JSONParseError("The request body is nested too deeply.") from None
     except json.JSONDecodeError as exc:
         raise JSONParseError(
             f"The request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."
         ) from None
+    return doc
 
 
 def _set_nested(target: dict[str, Any], chain: list[FieldDescriptor], value: Any, source: str) -> None:
