@@ -146,31 +146,41 @@ class A2AApi:
         history = check_history_length(config, "configuration.historyLength")
         push = config.task_push_notification_config if config.HasField("task_push_notification_config") else None
         follow_up = bool(message.task_id)
-        after_seq = 0  # a new task's config gets every event, from the first
+        stored: pb.TaskPushNotificationConfig | None = None
         if push is not None:
             self._check_push()
             await self._check_push_config(push, "configuration.taskPushNotificationConfig", need_task=False)
-            if follow_up:  # an existing task's config: the events of this turn on
-                after_seq = await self.engine.store.last_seq(scope, message.task_id)
-        if admitted is not None:
-            admitted.bind()  # the context keeps this workspace
-        turn = await self.engine.send(
-            scope, message, self._caller(call, scope),
-            return_immediately=config.return_immediately and not stream, stream=stream,
-        )
-        if push is not None:
             stored = pb.TaskPushNotificationConfig()
             stored.CopyFrom(push)
-            stored.task_id = turn.run.task_id
             stored.tenant = scope.tenant
             stored.id = stored.id or str(uuid.uuid4())
+        if admitted is not None:
+            admitted.bind()  # the context keeps this workspace
+        caller = self._caller(call, scope)
+        return_immediately = config.return_immediately and not stream
+        if stored is None:
+            turn = await self.engine.send(scope, message, caller,
+                                          return_immediately=return_immediately, stream=stream)
+        elif not follow_up:
+            # A new task's config is stored before its agent may run, and gets every event.
+            async def store_first(task_id: str) -> None:
+                stored.task_id = task_id
+                await self._store_push_config(scope, stored, 0)
+
+            turn = await self.engine.send(scope, message, caller, return_immediately=return_immediately,
+                                          stream=stream, before_start=store_first)
+        else:
+            # An existing task's config: stored first, it gets this turn's events on; a send
+            # the engine refuses takes it back.
+            stored.task_id = message.task_id
+            await self.engine.get(scope, message.task_id)  # TaskNotFoundError before anything is stored
+            await self._store_push_config(scope, stored, await self.engine.store.last_seq(scope, message.task_id))
             try:
-                await self._store_push_config(scope, stored, after_seq)
+                turn = await self.engine.send(scope, message, caller,
+                                              return_immediately=return_immediately, stream=stream)
             except BaseException:
-                # The caller is told the send failed: the turn must not go on without it.
-                if turn.run.task is not None:
-                    with contextlib.suppress(Exception):
-                        await self.engine.cancel(scope, turn.run.task_id)
+                with contextlib.suppress(Exception):
+                    await self._delete_push_config(scope, stored.task_id, stored.id)
                 raise
         return turn, history
 
@@ -248,6 +258,12 @@ class A2AApi:
         else:
             await self.engine.store.put_push_config(scope, config)
 
+    async def _delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
+        if self.push is not None:
+            await self.push.delete_config(scope, task_id, config_id)
+        else:
+            await self.engine.store.delete_push_config(scope, task_id, config_id)
+
     async def _push_scope(self, request, call: CallContext, *, config_id: bool) -> Scope:
         """Shared entry of the Get/List/Delete config RPCs: capability, admission, ids, and
         the task must be the caller's (TaskNotFoundError otherwise)."""
@@ -305,10 +321,7 @@ class A2AApi:
         self, request: pb.DeleteTaskPushNotificationConfigRequest, call: CallContext
     ) -> empty_pb2.Empty:
         scope = await self._push_scope(request, call, config_id=True)
-        if self.push is not None:
-            await self.push.delete_config(scope, request.task_id, request.id)
-        else:
-            await self.engine.store.delete_push_config(scope, request.task_id, request.id)
+        await self._delete_push_config(scope, request.task_id, request.id)
         return empty_pb2.Empty()  # deleting an absent config is not an error (idempotent)
 
     # ---- agent card ------------------------------------------------------------

@@ -10,7 +10,7 @@ import asyncio
 import base64
 import binascii
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from gen import a2a_pb2 as pb
@@ -185,13 +185,19 @@ class Engine:
     async def send(
         self, scope: Scope, message: pb.Message, caller: Caller, *,
         return_immediately: bool = False, stream: bool = False,
+        before_start: Callable[[str], Awaitable[None]] | None = None,
     ) -> Turn:
         """Start a new task's turn or resume an interrupted task. The agent is already running
-        when this returns; with `stream`, `Turn.events` yields the turn's events."""
+        when this returns; with `stream`, `Turn.events` yields the turn's events.
+
+        `before_start(task_id)`, for a new task: what must be stored with the request before
+        its agent may run (its push config); if it fails, nothing runs and nothing is stored."""
         if message.task_id:
             return await self._follow_up(scope, message, caller, stream)
         context_id = message.context_id or uuid7()
         task_id = uuid7()
+        if before_start is not None:
+            await before_start(task_id)
         message.context_id = context_id
         message.task_id = task_id
         run = self._new_run(scope, task_id, context_id, None)

@@ -79,3 +79,14 @@ class ScriptedAgent:
                 await asyncio.sleep(0)
         else:
             await ctx.artifact(ctx.text, name="echo")
+
+
+class RecordingAgent:
+    """Echoes, and records the text of every turn it ran (tests read `RecordingAgent.turns`)."""
+
+    name = "Recording test agent"
+    turns: list[str] = []
+
+    async def run(self, ctx: TurnContext) -> None:
+        RecordingAgent.turns.append(ctx.text)
+        await ctx.artifact(ctx.text, name="echo")

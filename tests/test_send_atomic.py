@@ -1,0 +1,42 @@
+"""A SendMessage whose push config cannot be stored runs no agent and stores no task."""
+
+from __future__ import annotations
+
+import shutil
+
+import grpc
+import pytest
+
+from gen import a2a_pb2 as pb
+from gen import a2a_pb2_grpc
+from tests.agents import RecordingAgent
+from tests.conftest import user_message
+from tests.grpc_util import expect_error
+
+
+@pytest.mark.parametrize("store", ["memory:", "sqlite"])
+@pytest.mark.parametrize("stream", [False, True], ids=["send", "stream"])
+async def test_a_push_config_that_cannot_be_stored_starts_nothing(start_service, tmp_path, store, stream):
+    store_url = "memory:" if store == "memory:" else f"sqlite:{tmp_path / 'tasks.db'}"
+    service = await start_service(store=store_url, agent="tests.agents:RecordingAgent",
+                                  push_allow_networks=["127.0.0.0/8"])
+    # Break the push queue under the running server: its files can no longer be written.
+    queue_tmp = tmp_path / "data" / "push-queue" / "tmp"
+    shutil.rmtree(queue_tmp)
+    queue_tmp.write_text("not a directory")
+    RecordingAgent.turns.clear()
+    config = pb.SendMessageConfiguration(
+        task_push_notification_config=pb.TaskPushNotificationConfig(id="hook", url="http://127.0.0.1:9/hook"))
+    request = pb.SendMessageRequest(message=user_message("must not run"), configuration=config)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        call = stub.SendStreamingMessage(request) if stream else stub.SendMessage(request)
+        await expect_error(call.read() if stream else call, grpc.StatusCode.INTERNAL, "INTERNAL_ERROR")
+        listed = await stub.ListTasks(pb.ListTasksRequest())
+    assert RecordingAgent.turns == []  # the agent never ran for a request not wholly stored
+    assert listed.total_size == 0 and not listed.tasks
+    # Without a push config the same request runs normally.
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        done = await stub.SendMessage(pb.SendMessageRequest(message=user_message("runs")))
+    assert done.task.status.state == pb.TASK_STATE_COMPLETED and RecordingAgent.turns == ["runs"]
