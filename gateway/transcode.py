@@ -19,7 +19,9 @@ present, so paging fields such as `nextPageToken: ""` and `totalSize: 0` show.
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from functools import cache
 from typing import Any
 
@@ -83,22 +85,52 @@ def json_path(chain: list[FieldDescriptor]) -> str:
 # A \\u escape of a UTF-16 surrogate (U+D800-U+DFFF). Paired ones are fine (they decode to
 # one character); an unpaired one decodes to a lone surrogate that no UTF-8 text can hold.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_DOUBLE_MAX = sys.float_info.max
+_DOUBLE_MAX_DIGITS = len(str(int(_DOUBLE_MAX)))  # 309
+
+
+def _out_of_range(literal: str) -> JSONParseError:
+    shown = literal if len(literal) <= 24 else f"{literal[:16]}... ({len(literal)} characters)"
+    return JSONParseError(f"The request body has a number out of range ({shown}): JSON numbers must be "
+                          "within the range of a 64-bit float.")
+
+
+def _json_int(literal: str) -> int:
+    # Checked before int(): past 4300 digits int() itself raises (CVE-2020-10735 limit).
+    digits = len(literal) - literal.startswith("-")
+    if digits >= _DOUBLE_MAX_DIGITS and (digits > _DOUBLE_MAX_DIGITS or abs(int(literal)) > _DOUBLE_MAX):
+        raise _out_of_range(literal)
+    return int(literal)
+
+
+def _json_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e400 overflows to inf
+        raise _out_of_range(literal)
+    return value
+
+
+def _json_constant(literal: str) -> Any:
+    raise JSONParseError(f"The request body is not valid JSON: {literal} is not a JSON value.")
 
 
 def parse_json_body(raw: bytes) -> Any:
     """JSON text -> value, or JSONParseError (-32700 / HTTP 400) naming the problem.
 
-    Besides what `json.loads` refuses, text no request field can hold is a parse error,
-    so it never reaches a handler (nor fails while the answer is written, after the
-    request ran): text that is not UTF-8 (UTF-16/32 too; a UTF-8 BOM is skipped), and an
-    unpaired surrogate escape (`"\\ud800"`, in a value or a key).
+    Besides what `json.loads` refuses, values no request field can hold are parse errors,
+    so they never reach a handler (nor fail while the answer is written, after the
+    request ran): text that is not UTF-8 (UTF-16/32 too; a UTF-8 BOM is skipped), an
+    unpaired surrogate escape (`"\\ud800"`, in a value or a key), `NaN` and `Infinity`
+    (not JSON), and numbers beyond a 64-bit float (`1e400`, an integer of 310 digits).
+    A number a double holds but the field does not (`"pageSize": 1e12`) is InvalidParams
+    naming the field, when the request message is built.
     """
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise JSONParseError("The request body is not valid UTF-8 JSON.") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
         if _SURROGATE_ESCAPE.search(text) is not None:
             # Maybe a false alarm (an escaped backslash before "ud800"): the parsed value tells.
             json.dumps(doc, ensure_ascii=False).encode("utf-8")
@@ -224,6 +256,7 @@ def build_request(
 _UNKNOWN = re.compile(r'has no field named "([^"]+)" at "([^"]*)"')
 _AT = re.compile(r' at "?([A-Za-z0-9_.\[\]]+)"?\.*$')
 _CHAIN = re.compile(r"Failed to parse (\w+) field: ")
+_MAX_PROBLEM_CHARS = 200
 
 
 def _params_error(exc: json_format.ParseError, root: str) -> A2AError:
@@ -243,6 +276,8 @@ def _params_error(exc: json_format.ParseError, root: str) -> A2AError:
     else:
         field = ".".join(_CHAIN.findall(text)) or root
         problem = _AT.sub("", problem).rstrip(".")
+    if len(problem) > _MAX_PROBLEM_CHARS:  # json_format quotes the value, whatever its size
+        problem = problem[:_MAX_PROBLEM_CHARS] + "..."
     return invalid_field(field, problem or "invalid value")
 
 

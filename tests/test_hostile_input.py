@@ -1,6 +1,7 @@
 """Hostile input the JSON parser itself must stop, on the wire against a real server: unpaired
-UTF-16 surrogate escapes and text that is not UTF-8 answer the binding's parse error (JSON-RPC
--32700 with HTTP 200 and id null, REST 400) before anything runs."""
+UTF-16 surrogate escapes, text that is not UTF-8, numbers beyond a double and NaN/Infinity
+answer the binding's parse error (JSON-RPC -32700 with HTTP 200 and id null, REST 400) before
+anything runs; deep nesting is a 400-class error at any depth."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ V1 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 MESSAGE = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "echo hi"}]}
+HUGE = "9" * 5000  # past Python's 4300-digit int-string limit
 
 
 @pytest.fixture
@@ -96,6 +98,84 @@ async def test_unpaired_surrogate_escapes_are_parse_errors_and_run_nothing(gw, c
         assert_rest_parse_error(response)
     assert "surrogate" in response.text
     await assert_nothing_ran(gw)  # same client, same connection: it was not dropped
+
+
+# Out of the range of a 64-bit float (or not JSON at all): a parse error, whichever field.
+OUT_OF_RANGE = [
+    ("rpc", "ListTasks", '{"pageSize":' + HUGE + "}", "1"),
+    ("rpc", "ListTasks", '{"pageSize":-' + HUGE + "}", "1"),
+    ("rpc", "ListTasks", "{}", HUGE),  # the id itself
+    ("rpc", "ListTasks", '{"pageSize":1e400}', "1"),
+    ("rpc", "ListTasks", '{"pageSize":NaN}', "1"),
+    ("rpc", "SendMessage", _sends('"metadata":{"n":' + "9" * 400 + "}"), "1"),
+    ("rpc", "SendMessage", _sends('"metadata":{"n":-1e400}'), "1"),
+    ("rpc", "SendMessage", _sends('"metadata":{"n":Infinity}'), "1"),
+    ("rpc", "SendStreamingMessage", _sends('"metadata":{"n":[-Infinity]}'), "1"),
+    ("rest", "/message:send", _sends('"configuration":{"historyLength":' + HUGE + "}"), ""),
+    ("rest", "/message:send", _sends('"metadata":{"n":1' + "0" * 309 + "}"), ""),
+    ("rest", "/message:stream", _sends('"metadata":{"n":1E+999999999999}'), ""),
+    ("rest", "/message:send", _sends('"metadata":{"n":NaN}'), ""),
+]
+
+
+async def test_numbers_beyond_a_double_nan_and_deep_nesting_are_400_class_and_run_nothing(gw):
+    for binding, where, body, rid in OUT_OF_RANGE:
+        if binding == "rpc":
+            response = await gw.post("/", content=rpc_body(where, body, rid), headers=V1)
+            assert_jsonrpc_parse_error(response)
+        else:
+            response = await gw.post(where, content=body.encode(), headers=V1)
+            assert_rest_parse_error(response)
+        assert len(response.content) < 2000, "the number is not echoed whole"
+    # Deep nesting: json.loads raises RecursionError past ~1000 levels (a parse error);
+    # below that json_format refuses messages deeper than 100 (InvalidParams); an unknown
+    # envelope member is ignored. Never a 500, and nothing runs.
+    for depth in (50, 99, 100, 101, 400, 900, 990, 1000, 1100, 5000, 100_000):
+        nest = "[" * depth + "1" + "]" * depth
+        obj = '{"a":' * depth + "1" + "}" * depth
+        cases = [
+            ("rpc", rpc_body("SendMessage", _sends(f'"metadata":{{"n":{nest}}}'))),
+            ("rpc", rpc_body("SendStreamingMessage", _sends(f'"metadata":{obj}'))),
+            ("rpc", rpc_body("ListTasks", "{}", nest)),
+            ("rest", _sends(f'"metadata":{{"n":{nest}}}').encode()),
+            ("rest", f'{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{{"data":{obj}}}]}}}}'.encode()),
+            ("rest", nest.encode()),
+        ]
+        for binding, body in cases:
+            if binding == "rpc":
+                response = await gw.post("/", content=body, headers=V1)
+                assert response.status_code == 200, (depth, response.status_code)
+                code = response.json()["error"]["code"]
+                assert code in (-32700, -32600, -32602), (depth, response.text[:300])
+            else:
+                response = await gw.post("/message:send", content=body, headers=V1)
+                assert response.status_code == 400, (depth, response.status_code, response.text[:300])
+    await assert_nothing_ran(gw)
+    # A deep but ignored envelope member does not stop the call.
+    ignored = b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","x":' + b"[" * 900 + b"]" * 900 + b"}"
+    assert "result" in (await gw.post("/", content=ignored, headers=V1)).json()
+
+
+async def test_numbers_a_double_holds_but_the_field_does_not_name_the_field(gw):
+    # Within a double's range: the field decides (InvalidParams naming it) -- or takes it.
+    for value in ("1e12", "99999999999999999999", "-1" + "0" * 300, "1.5"):
+        response = await gw.post("/", content=rpc_body("ListTasks", '{"pageSize":' + value + "}"), headers=V1)
+        error = response.json()["error"]
+        assert error["code"] == -32602 and violations(error["data"]) == ["pageSize"], (value, error)
+    # Query parameters are strings: any size is InvalidParams naming the parameter, briefly.
+    for query in (f"pageSize={HUGE}", "pageSize=1e400", "pageSize=NaN", f"historyLength=-{HUGE}"):
+        response = await gw.get(f"/tasks?{query}", headers=V1)
+        assert response.status_code == 400, (query, response.text[:300])
+        error = response.json()["error"]
+        assert violations(error["details"]) == [query.split("=")[0]]
+        assert len(response.content) < 2000, "the value is not echoed whole"
+    response = await gw.get(f"/tasks/t-1?historyLength={HUGE}", headers=V1)
+    assert response.status_code == 400 and violations(response.json()["error"]["details"]) == ["historyLength"]
+    assert len(response.content) < 2000
+    # The largest doubles are accepted where a double goes (a Struct value).
+    body = _sends('"metadata":{"max":1.7976931348623157e308,"big":1' + "0" * 308 + "}")
+    response = await gw.post("/message:send", content=body.encode(), headers=V1)
+    assert response.status_code == 200, response.text[:300]
 
 
 async def test_only_utf8_text_is_json_here(gw):
