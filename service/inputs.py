@@ -14,13 +14,17 @@ SendMessage / SendStreamingMessage message after the generic contract checks:
   `application/json` (data), `application/octet-stream` (raw) or the type
   guessed from a URL's file name. A refusal is ContentTypeNotSupportedError
   naming the type and the accepted ones;
-- `url` parts: `file://` URLs must name existing regular files inside the
-  message's workspace (service.workspace), sized like inline parts but with
-  `max_file_bytes` (default 25 MiB) for binary media; `http(s)://` only when
-  remote URLs are enabled; any other scheme is refused;
+- `url` parts: `file://` URLs must name existing readable regular files inside
+  the message's workspace (service.workspace; none unless `workspace_roots` is
+  configured), sized like inline parts but with `max_file_bytes` (default
+  25 MiB) for binary media; `http(s)://` only when remote URLs are enabled; any
+  other scheme is refused;
 - the message's working directory and its context's workspace (service.workspace).
 
-Errors name the field and the rule, never a local path or the server's setup.
+Errors name the field and the rule, never a local path or the server's setup. A
+`file://` part refused for a reason that depends on the disk (missing, not a
+regular file, unreadable, too big, out of reach) always gets the same message;
+the reason goes to the log.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any
 from gen import a2a_pb2 as pb
 from service.errors import ContentTypeNotSupportedError, invalid_field
 from service.store import Scope
-from service.workspace import StoreContextLookup, Workspaces, default_roots, set_message_cwd
+from service.workspace import FILE_REFUSED, StoreContextLookup, Workspaces, refusal, set_message_cwd
 
 MiB = 1024 * 1024
 DEFAULT_MAX_PARTS = 100
@@ -177,9 +181,9 @@ class InputPolicy:
             where = f"{prefix}.parts[{i}].url"
             _, size = self.workspaces.check_file(path, cwd, where)
             limit = limits.max_text_bytes if self.is_text_like(media) else limits.max_file_bytes
-            if size > limit:
-                raise invalid_field(where, f"names a file of {_size(size)}; files of type {media} "
-                                    f"may be at most {_size(limit)}")
+            if size > limit:  # said like every other refusal: sizes tell what exists
+                raise refusal(where, FILE_REFUSED, f"a file of {_size(size)}; files of type {media} "
+                              f"may be at most {_size(limit)}", path)
         if cwd is not None:
             set_message_cwd(message, cwd)
         return Admitted(self, scope, context_id, cwd)
@@ -254,7 +258,8 @@ class InputPolicy:
 
 
 def roots_from_settings(s: Any) -> list[str]:
-    return list(s.workspace_roots) or default_roots()
+    """The configured roots; none by default (file:// parts and working directories are off)."""
+    return list(s.workspace_roots)
 
 
 def policy_from_settings(s: Any, card: pb.AgentCard, engine: Any = None) -> InputPolicy:

@@ -2,25 +2,29 @@
 
 A message may name its working directory in its metadata, under this service's
 own namespace: `metadata["a2a_service"]["cwd"]`. It must be an existing
-absolute directory inside one of the allowed workspace roots (by default the
-server's working directory and the system temp directory), checked after
-resolving symlinks. A context keeps the workspace of its first accepted
+absolute directory inside one of the configured workspace roots, checked after
+resolving symlinks. There are no roots unless `workspace_roots` is set: this
+service is network-facing, so by default no message may point at the server's
+disk at all. A context keeps the workspace of its first accepted
 message: a later message in the same context that names another one is
 refused; one that names none inherits it (the accepted message carries the
 resolved directory, so the agent and the stored history see it).
 
-`file://` URL parts must name existing regular files inside the message's
-workspace, or inside the allowed roots when it has none.
+`file://` URL parts must name existing, readable regular files inside the
+message's workspace, or inside the roots when it has none.
 
-Errors say what is wrong without echoing the path the client sent, and never
-whether something exists outside the allowed roots.
+A refusal that depends on the disk says the same thing whatever the reason
+(missing, a directory, unreadable, too big, outside the roots, the service's
+own state): the caller must not learn what exists on the server. The reason is
+logged for the operator (logger `service.workspace`, INFO). Only syntax
+(a relative path) gets its own message.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
-import tempfile
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
@@ -28,7 +32,7 @@ from typing import Any, Protocol
 from google.protobuf import struct_pb2
 
 from gen import a2a_pb2 as pb
-from service.errors import invalid_field
+from service.errors import A2AError, invalid_field
 from service.ids import uuid7
 from service.store import Scope, TaskQuery
 
@@ -38,10 +42,23 @@ CWD_FIELD = f"message.metadata.{NAMESPACE}.{CWD_KEY}"
 MAX_PATH_CHARS = 4096
 BINDINGS_KEPT = 10_000  # contexts whose workspace is remembered in memory (the store is the fallback)
 UNBOUND = ""  # a context that started without a working directory
+# What the caller learns when a path is refused for any reason that depends on the disk.
+FILE_REFUSED = "does not name an allowed readable file within the configured limits"
+DIR_REFUSED = "does not name an allowed working directory"
+NO_ROOTS = "workspace_roots is not configured (file:// parts and working directories are off)"
+
+log = logging.getLogger("service.workspace")
 
 
-def default_roots() -> list[str]:
-    return [os.getcwd(), tempfile.gettempdir()]
+def refusal(field: str, message: str, reason: str, path: str) -> A2AError:
+    """The caller's error (`message`, the same for every reason) after logging the real
+    reason for the operator; the client's path is shown escaped and shortened."""
+    log.info("refused %s: %s (path %s)", field, reason, _shown(path))
+    return invalid_field(field, message)
+
+
+def _shown(path: str) -> str:
+    return repr(path[:200] + ("..." if len(path) > 200 else ""))
 
 
 def message_cwd(message: pb.Message) -> str | None:
@@ -79,6 +96,11 @@ def is_inside(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 
 
+def _well_formed(path: str) -> bool:
+    """An absolute path the OS can take (checked without touching the disk)."""
+    return os.path.isabs(path) and len(path) <= MAX_PATH_CHARS and "\x00" not in path
+
+
 def _real(path: str) -> str | None:
     """The absolute path with symlinks resolved, or None when the name is unusable."""
     if len(path) > MAX_PATH_CHARS or "\x00" in path:
@@ -104,19 +126,31 @@ class Workspaces:
         self._bound: OrderedDict[tuple[Scope, str], str] = OrderedDict()
 
     def inside_roots(self, real: str) -> bool:
+        return self._outside(real) is None
+
+    def _outside(self, real: str) -> str | None:
+        """Why a resolved path is out of reach (for the log), or None when it is inside."""
         if any(is_inside(real, d) for d in self.denied):
-            return False
-        return any(is_inside(real, root) for root in self.roots)
+            return "the service's own state or secret files"
+        if not any(is_inside(real, root) for root in self.roots):
+            return "outside the workspace roots"
+        return None
 
     def check_dir(self, raw: str) -> str:
-        """The resolved directory a message names, or InvalidParams (the path is never echoed)."""
+        """The resolved directory a message names, or InvalidParams (the path is never echoed,
+        and every refusal but a relative path reads the same)."""
         if not os.path.isabs(raw):
             raise invalid_field(CWD_FIELD, "must be an absolute path")
+        if not self.roots:
+            raise refusal(CWD_FIELD, DIR_REFUSED, NO_ROOTS, raw)
         real = _real(raw)
-        if real is None or not self.inside_roots(real):
-            raise invalid_field(CWD_FIELD, "is outside the allowed workspace roots")
+        if real is None:
+            raise refusal(CWD_FIELD, DIR_REFUSED, "not a usable path name", raw)
+        outside = self._outside(real)
+        if outside is not None:
+            raise refusal(CWD_FIELD, DIR_REFUSED, outside, raw)
         if not os.path.isdir(real):
-            raise invalid_field(CWD_FIELD, "is not an existing directory")
+            raise refusal(CWD_FIELD, DIR_REFUSED, "not an existing directory", raw)
         return real
 
     def _usable(self, recorded: str) -> str | None:
@@ -124,22 +158,29 @@ class Workspaces:
         return real if real is not None and self.inside_roots(real) and os.path.isdir(real) else None
 
     def check_file(self, raw_path: str, workspace: str | None, field: str) -> tuple[str, int]:
-        """(resolved path, size) of a file a `file://` URL names, inside the workspace
-        (or the allowed roots when there is none)."""
-        real = _real(raw_path) if os.path.isabs(raw_path) else None
-        if real is None:
+        """(resolved path, size) of a readable regular file a `file://` URL names, inside the
+        workspace (or the roots when there is none); every refusal but a malformed name
+        reads FILE_REFUSED."""
+        if not _well_formed(raw_path):
             raise invalid_field(field, "must be an absolute file:// URL")
-        allowed = self.inside_roots(real) and (workspace is None or is_inside(real, workspace))
-        if not allowed:
-            where = "the message's working directory" if workspace and self.inside_roots(real) \
-            else "the allowed workspace roots"
-            raise invalid_field(field, f"names a file outside {where}")
+        if not self.roots:
+            raise refusal(field, FILE_REFUSED, NO_ROOTS, raw_path)
+        real = _real(raw_path)
+        if real is None:
+            raise refusal(field, FILE_REFUSED, "not a usable path name", raw_path)
+        outside = self._outside(real)
+        if outside is None and workspace is not None and not is_inside(real, workspace):
+            outside = "outside the message's working directory"
+        if outside is not None:
+            raise refusal(field, FILE_REFUSED, outside, raw_path)
         try:
             st = os.stat(real)
-        except (OSError, ValueError):
-            raise invalid_field(field, "names no existing file") from None
+        except (OSError, ValueError) as exc:
+            raise refusal(field, FILE_REFUSED, f"cannot stat it ({_os_reason(exc)})", raw_path) from None
         if not stat.S_ISREG(st.st_mode):
-            raise invalid_field(field, "does not name a regular file")
+            raise refusal(field, FILE_REFUSED, "not a regular file", raw_path)
+        if not os.access(real, os.R_OK):
+            raise refusal(field, FILE_REFUSED, "not readable by the service", raw_path)
         return real, st.st_size
 
     async def resolve(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
@@ -194,6 +235,10 @@ class Workspaces:
         self._bound.move_to_end(key)
         while len(self._bound) > BINDINGS_KEPT:
             self._bound.popitem(last=False)
+
+
+def _os_reason(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or type(exc).__name__
 
 
 def recorded_cwd(messages: Sequence[pb.Message]) -> str:

@@ -16,7 +16,7 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.agent import TurnContext
 from service.store import Scope, TaskQuery
-from service.workspace import cwd_of
+from service.workspace import DIR_REFUSED, FILE_REFUSED, cwd_of
 from tests.conftest import user_message
 from tests.grpc_util import error_details, expect_error
 
@@ -173,14 +173,15 @@ async def test_file_urls_inside_the_workspace_only(svc, roots, tmp_path):
     ]
     for url in cases:
         err = await refused(svc, send([pb.Part(url=url, media_type="text/plain")]), field="message.parts[0].url")
-        assert "outside" in err.details()
+        assert FILE_REFUSED in err.details()
         assert str(tmp_path) not in err.details() and "passwd" not in err.details()
     # With a working directory, files must be inside it (not just inside a root).
     err = await refused(svc, send([ok], cwd=str(roots / "other")), field="message.parts[0].url")
-    assert "working directory" in err.details()
-    await refused(svc, send([pb.Part(url=(project / "missing.txt").as_uri())]), field="message.parts[0].url")
-    await refused(svc, send([pb.Part(url=project.as_uri(), media_type="text/plain")]),
-                  field="message.parts[0].url")
+    assert FILE_REFUSED in err.details()
+    for missing_or_not_a_file in ((project / "missing.txt").as_uri(), project.as_uri()):
+        err = await refused(svc, send([pb.Part(url=missing_or_not_a_file, media_type="text/plain")]),
+                            field="message.parts[0].url")
+        assert FILE_REFUSED in err.details()
     await refused(svc, send([pb.Part(url="file://otherhost/etc/hosts", media_type="text/plain")]))
     await refused(svc, send([pb.Part(url="notes.txt", media_type="text/plain")]))  # relative
 
@@ -188,7 +189,7 @@ async def test_file_urls_inside_the_workspace_only(svc, roots, tmp_path):
 async def test_file_url_size_limits(svc, roots):
     project = roots / "project"
     err = await refused(svc, send([pb.Part(url=(project / "big.txt").as_uri())]), field="message.parts[0].url")
-    assert "4.9 KiB" in err.details() and "4.0 KiB" in err.details()
+    assert FILE_REFUSED in err.details() and "KiB" not in err.details()  # a size tells what exists
     # Binary media use the file limit (4096 in this test)
     await refused(svc, send([pb.Part(url=(project / "pic.png").as_uri())]), field="message.parts[0].url")
     (project / "small.png").write_bytes(b"\x89PNG")
@@ -216,10 +217,11 @@ async def test_working_directory_rules(svc, roots, tmp_path):
     project = roots / "project"
     assert f"cwd={project}" in await report(svc, send(cwd=str(project)))
     field = "message.metadata.a2a_service.cwd"
-    for bad, problem in [("relative/dir", "absolute"), (str(roots / "nope"), "existing directory"),
-                         (str(project / "notes.txt"), "existing directory"),
-                         (str(tmp_path / "outside"), "outside"), (str(project / "escape"), "outside"),
-                         ("/", "outside"), ("/\x00x", "outside")]:
+    # Only syntax gets its own message; whatever depends on the disk reads the same.
+    for bad, problem in [("relative/dir", "absolute"), (str(roots / "nope"), DIR_REFUSED),
+                         (str(project / "notes.txt"), DIR_REFUSED),
+                         (str(tmp_path / "outside"), DIR_REFUSED), (str(project / "escape"), DIR_REFUSED),
+                         ("/", DIR_REFUSED), ("/\x00x", DIR_REFUSED)]:
         err = await refused(svc, send(cwd=bad), field=field)
         assert problem in err.details() and str(tmp_path) not in err.details()
     for metadata in ({"a2a_service": "x"}, {"a2a_service": {"cwd": 3}}, {"a2a_service": {"cwd": ""}}):
@@ -285,14 +287,22 @@ async def test_command_agent_runs_in_the_working_directory(start_service, roots)
         assert f"ctx-{task.context_id}" in "".join(p.text for p in task.artifacts[0].parts)
 
 
-async def test_default_roots_are_the_working_and_temp_directories(start_service, tmp_path):
+async def test_without_workspace_roots_no_message_reaches_the_disk(start_service, tmp_path, caplog):
+    """No default roots (the service is network-facing): file:// parts and working directories
+    are refused, even for the working and temp directories (the roots of old)."""
     service = await start_service(store="memory:", agent="tests.test_input_validation:WorkspaceAgent")
+    (tmp_path / "there.txt").write_text("x")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
-        for allowed in (os.getcwd(), str(tmp_path)):  # pytest's tmp_path lives in the temp directory
-            task = (await stub.SendMessage(send(cwd=allowed))).task
-            assert task.status.state == pb.TASK_STATE_COMPLETED
-        await expect_error(stub.SendMessage(send(cwd="/usr")), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+        for cwd in (os.getcwd(), str(tmp_path), "/usr"):  # pytest's tmp_path lives in the temp directory
+            err = await expect_error(stub.SendMessage(send(cwd=cwd)), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+            assert DIR_REFUSED in err.details()
+        caplog.set_level("INFO", logger="service.workspace")
+        for path in (tmp_path / "there.txt", tmp_path / "missing.txt"):
+            err = await expect_error(stub.SendMessage(send([pb.Part(url=path.as_uri(), media_type="text/plain")])),
+                                     C.INVALID_ARGUMENT, "INVALID_PARAMS")
+            assert FILE_REFUSED in err.details()
+        assert "workspace_roots is not configured" in caplog.text  # the operator learns why
 
 
 # ---------------------------------------------------------------- malformed wire input
@@ -363,7 +373,7 @@ async def test_the_service_state_and_secret_files_are_out_of_reach(start_service
         for path in (secret, data / "state.txt"):
             err = await expect_error(stub.SendMessage(send([pb.Part(url=path.as_uri(), media_type="text/plain")])),
                                      C.INVALID_ARGUMENT, "INVALID_PARAMS")
-            assert "outside the allowed workspace roots" in err.details()
+            assert FILE_REFUSED in err.details()
         await expect_error(stub.SendMessage(send(cwd=str(data))), C.INVALID_ARGUMENT, "INVALID_PARAMS")
 
 
@@ -386,3 +396,32 @@ async def test_undecodable_bytes_from_an_unknown_caller_are_unauthenticated(star
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call(b"\xff\xff\xff", timeout=5, metadata=(("authorization", f"Bearer {token}"),))
         assert info.value.code() == C.INVALID_ARGUMENT
+
+
+async def test_every_file_refusal_reads_the_same_and_the_reason_is_logged(svc, roots, tmp_path, caplog):
+    """No file oracle: a caller cannot tell a missing file from a directory, a big file, a file
+    outside the roots or the service's own state; the operator's log says which it was."""
+    project = roots / "project"
+    (project / "locked.txt").write_text("locked")
+    (project / "locked.txt").chmod(0)
+    cases = {
+        "missing": (project / "missing.txt").as_uri(),
+        "a directory": project.as_uri(),
+        "too big": (project / "big.txt").as_uri(),
+        "outside the roots": (tmp_path / "outside" / "secret.txt").as_uri(),
+        "outside, missing": (tmp_path / "outside" / "nothing.txt").as_uri(),
+        "a device": "file:///dev/null",
+        "a line break in the name": f"file://{project}/forged%0AINFO%20line.txt",
+    }
+    if os.geteuid() != 0:  # root reads anything
+        cases["unreadable"] = (project / "locked.txt").as_uri()
+    caplog.set_level("INFO", logger="service.workspace")
+    answers = set()
+    for url in cases.values():
+        err = await refused(svc, send([pb.Part(url=url, media_type="text/plain")]), field="message.parts[0].url")
+        answers.add((err.details(), str(error_details(err))))
+    assert len(answers) == 1, answers
+    logged = caplog.text
+    for reason in ("cannot stat it", "not a regular file", "may be at most", "outside the workspace roots"):
+        assert reason in logged, (reason, logged)
+    assert "\n" not in "".join(r.getMessage() for r in caplog.records)  # client text is escaped
