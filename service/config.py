@@ -72,6 +72,7 @@ class Settings:
     card_max_age: int = 60
     sse_keepalive_seconds: float = 15.0  # comment line sent on idle event streams
     drain_seconds: float = 5.0  # on SIGTERM: how long running turns and in-flight calls may finish
+    grpc_max_concurrent_calls: int = 1000  # gRPC calls in flight at once (streams included); more: RESOURCE_EXHAUSTED; 0 = no limit
     drain_grace_seconds: float = 1.0  # on SIGTERM: how long new calls are still taken (health is already non-serving)
     log_level: str = "INFO"
     # input limits and workspaces (validated in service/inputs.py; README "Input validation")
@@ -202,6 +203,8 @@ def validate(s: Settings) -> None:
             raise ConfigError("upstream: proxy mode serves only the HTTP gateway; set http_port (not -1)")
     if s.sse_keepalive_seconds <= 0:
         raise ConfigError("sse_keepalive_seconds: must be positive (seconds between keep-alive comments)")
+    if s.grpc_max_concurrent_calls < 0:
+        raise ConfigError("grpc_max_concurrent_calls: must be 0 (no limit) or a positive number of calls")
     if not 0 <= s.drain_seconds <= 3600:
         raise ConfigError(f"drain_seconds: must be between 0 and 3600 (seconds), got {s.drain_seconds}")
     if not 0 <= s.drain_grace_seconds <= 3600:

@@ -172,6 +172,16 @@ class UnavailableError(A2AError):
     default_message = "The service is unavailable; try again later."
 
 
+class OverloadedError(A2AError):
+    """More calls at once than the configured limit: retry after the hint."""
+
+    reason = "RESOURCE_EXHAUSTED"
+    grpc_status = "RESOURCE_EXHAUSTED"
+    http_status = 429
+    jsonrpc_code = -32603
+    default_message = "The server is busy; retry later."
+
+
 class InternalError(A2AError):
     reason = "INTERNAL_ERROR"
     grpc_status = "INTERNAL"

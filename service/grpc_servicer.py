@@ -17,7 +17,7 @@ from grpc_status import rpc_status
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
-from service.errors import A2AError, as_a2a_error, error_details
+from service.errors import A2AError, OverloadedError, as_a2a_error, error_details
 
 log = logging.getLogger("service.grpc")
 
@@ -63,38 +63,71 @@ async def call_context(context: grpc.aio.ServicerContext, authenticate: Authenti
     return CallContext(metadata=metadata, principal=principal)
 
 
-def _unary(name: str, api: A2AApi, authenticate: Authenticator | None):
+class CallLimit:
+    """Calls in flight on the gRPC binding, and how many may be at once (0: no limit). Past
+    it a call is refused at once, RESOURCE_EXHAUSTED with a retry hint, instead of queueing
+    until grpc gives up on it."""
+
+    __slots__ = ("limit", "active")
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self.active = 0
+
+    def refusal(self) -> grpc.Status:
+        return error_status(OverloadedError(
+            f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
+            metadata={"limit": str(self.limit)}, retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
+        ))
+
+
+RETRY_AFTER_OVERLOAD_SECONDS = 1.0
+
+
+def _unary(name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit):
     handler = getattr(api, name)
 
     async def method(self, request, context):
+        if calls.limit and calls.active >= calls.limit:
+            await context.abort_with_status(calls.refusal())
+        calls.active += 1
         try:
             return await handler(request, await call_context(context, authenticate))
         except Exception as exc:  # every failure leaves as a typed status
             await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+        finally:
+            calls.active -= 1
 
     method.__name__ = name
     return method
 
 
-def _streaming(name: str, api: A2AApi, authenticate: Authenticator | None):
+def _streaming(name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit):
     handler = getattr(api, name)
 
     async def method(self, request, context):
+        if calls.limit and calls.active >= calls.limit:
+            await context.abort_with_status(calls.refusal())
+        calls.active += 1
         try:
             events = await handler(request, await call_context(context, authenticate))
             async for event in events:
                 yield event
         except Exception as exc:
             await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+        finally:
+            calls.active -= 1
 
     method.__name__ = name
     return method
 
 
-def make_servicer(api: A2AApi, authenticate: Authenticator | None = None) -> a2a_pb2_grpc.A2AServiceServicer:
+def make_servicer(api: A2AApi, authenticate: Authenticator | None = None,
+                  calls: CallLimit | None = None) -> a2a_pb2_grpc.A2AServiceServicer:
     """A servicer instance whose methods are generated from the service descriptor."""
+    limit = calls or CallLimit()
     methods = {
-        m.name: (_streaming if m.server_streaming else _unary)(m.name, api, authenticate)
+        m.name: (_streaming if m.server_streaming else _unary)(m.name, api, authenticate, limit)
         for m in SERVICE.methods
     }
     cls = type("A2AServicer", (a2a_pb2_grpc.A2AServiceServicer,), methods)

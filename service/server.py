@@ -44,7 +44,7 @@ from service.config import ConfigError, Settings
 from service.engine import Engine
 from service.errors import UnavailableError
 from service.grpc_handlers import add_servicer
-from service.grpc_servicer import SERVICE, make_servicer
+from service.grpc_servicer import SERVICE, CallLimit, make_servicer
 from service.inputs import policy_from_settings
 from service.lifecycle import Gate
 from service.ownership import LOCK_FILE, InUseError, Ownership
@@ -259,7 +259,8 @@ class Service:
             inputs=policy_from_settings(s, self.cards.public_card(), self.engine),
             gate=self.gate,
         )
-        add_servicer(make_servicer(self.api, authenticate=self.auth), server, authenticate=self.auth)
+        add_servicer(make_servicer(self.api, authenticate=self.auth, calls=CallLimit(s.grpc_max_concurrent_calls)),
+                     server, authenticate=self.auth)
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         _enable_reflection(server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))

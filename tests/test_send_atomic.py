@@ -40,3 +40,46 @@ async def test_a_push_config_that_cannot_be_stored_starts_nothing(start_service,
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
         done = await stub.SendMessage(pb.SendMessageRequest(message=user_message("runs")))
     assert done.task.status.state == pb.TASK_STATE_COMPLETED and RecordingAgent.turns == ["runs"]
+
+
+async def test_past_the_call_limit_grpc_answers_resource_exhausted_with_a_retry_hint(start_service):
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    from tests.push_util import eventually
+
+    service = await start_service(store="memory:", agent="tests.agents:ScriptedAgent", grpc_max_concurrent_calls=3)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        hanging = [stub.SendMessage(pb.SendMessageRequest(message=user_message("hang"))) for _ in range(3)]
+        refused: list[grpc.aio.AioRpcError] = []
+
+        async def one_more_is_refused() -> bool:
+            try:
+                await stub.ListTasks(pb.ListTasksRequest())
+            except grpc.aio.AioRpcError as err:
+                refused.append(err)
+                return True
+            return False
+
+        await eventually(one_more_is_refused, 10, "a call past the limit refused")
+        err = refused[-1]
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err
+        details = {d.TypeName(): d for d in rpc_status.from_call(err).details}
+        info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
+        details["google.rpc.ErrorInfo"].Unpack(info)
+        details["google.rpc.RetryInfo"].Unpack(retry)
+        assert info.reason == "RESOURCE_EXHAUSTED" and info.metadata["limit"] == "3"
+        assert retry.retry_delay.seconds == 1
+        for call in hanging:
+            call.cancel()
+        # Calls that ended free their places.
+        await eventually(lambda: _lists(stub), 10, "calls accepted again")
+
+
+async def _lists(stub) -> bool:
+    try:
+        await stub.ListTasks(pb.ListTasksRequest())
+    except grpc.aio.AioRpcError:
+        return False
+    return True
