@@ -76,6 +76,14 @@ def check_id(value: str, field: str, *, required: bool = False) -> None:
         raise invalid_field(field, ID_RULE)
 
 
+def check_tenant(request: ProtoMessage) -> str:
+    """The request's tenant (`tenant` field, or the `/{tenant}/...` REST path), checked like
+    the other ids: empty (no tenant) or 1-128 characters of letters, digits, `_ . : -`."""
+    tenant = getattr(request, "tenant", "")
+    check_id(tenant, "tenant")
+    return tenant
+
+
 def check_history_length(request: ProtoMessage, field: str = "historyLength") -> int | None:
     if not request.HasField("history_length"):
         return None

@@ -1,14 +1,23 @@
 """Hostile input the JSON parser itself must stop, on the wire against a real server: unpaired
 UTF-16 surrogate escapes, text that is not UTF-8, numbers beyond a double and NaN/Infinity
 answer the binding's parse error (JSON-RPC -32700 with HTTP 200 and id null, REST 400) before
-anything runs; deep nesting is a 400-class error at any depth."""
+anything runs; deep nesting is a 400-class error at any depth. Tenants follow the id rules on
+every binding."""
 
 from __future__ import annotations
 
 import json
 
+import grpc
 import httpx
 import pytest
+
+from gen import a2a_pb2 as pb
+from gen import a2a_pb2_grpc
+from service.errors import InvalidParamsError
+from service.validation import check_tenant
+from tests.conftest import user_message
+from tests.grpc_util import expect_error
 
 V1 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
@@ -198,3 +207,47 @@ async def test_only_utf8_text_is_json_here(gw):
     response = await gw.post("/", content=rpc_body("GetTask", '{"id":"nope"}', '"\\ud83d\\ude00"'), headers=V1)
     assert response.status_code == 200 and response.json()["id"] == "\U0001f600"
     assert response.json()["error"]["code"] == -32001
+
+
+# ------------------------------------------------------------------------------ tenants
+
+BAD_TENANTS = ["a" * 129, "a\x00b", "a/b", "x y", "ü", "../etc", "a" * (1024 * 1024)]
+
+
+def test_check_tenant_is_the_id_rule_with_empty_allowed():
+    for tenant in ("", "acme", "t" * 128, "Org_1.eu-west:2"):
+        assert check_tenant(pb.ListTasksRequest(tenant=tenant)) == tenant
+    for tenant in BAD_TENANTS:
+        with pytest.raises(InvalidParamsError) as info:
+            check_tenant(pb.SendMessageRequest(tenant=tenant))
+        assert info.value.field_violations[0][0] == "tenant"
+        assert len(info.value.message) < 200  # the value is not echoed
+    assert check_tenant(pb.AgentCard()) == ""  # a message without the field has no tenant
+
+
+async def test_tenants_follow_the_id_rules_on_every_binding(gw):
+    service = gw.service
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        for tenant in BAD_TENANTS:
+            await expect_error(stub.SendMessage(pb.SendMessageRequest(tenant=tenant, message=user_message("echo x"))),
+                               grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
+            await expect_error(stub.ListTasks(pb.ListTasksRequest(tenant=tenant)),
+                               grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
+        # Empty (no tenant) and a valid one are fine; 128 characters is the longest.
+        for tenant in ("", "acme", "t" * 128, "Org_1.eu-west:2"):
+            await stub.ListTasks(pb.ListTasksRequest(tenant=tenant))
+    for tenant in BAD_TENANTS[:-1]:
+        response = await gw.post("/", content=json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+             "params": {"tenant": tenant, "message": MESSAGE}}).encode(), headers=V1)
+        error = response.json()["error"]
+        assert error["code"] == -32602 and violations(error["data"]) == ["tenant"], (tenant[:20], error)
+    for raw in ("a%00b", "a%2Fb", "x%20y", "%C3%BC", "a" * 129):
+        response = await gw.post(f"/{raw}/message:send", content=json.dumps({"message": MESSAGE}).encode(),
+                                 headers=V1)
+        assert response.status_code == 400, (raw[:20], response.text[:300])
+        assert violations(response.json()["error"]["details"]) == ["tenant"]
+        response = await gw.get(f"/{raw}/tasks", headers=V1)
+        assert response.status_code == 400 and violations(response.json()["error"]["details"]) == ["tenant"]
+    await assert_nothing_ran(gw)
