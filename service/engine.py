@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
+import hmac
 import logging
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -61,23 +64,32 @@ def shape_task(task: pb.Task, history_length: int | None, include_artifacts: boo
     return out
 
 
-def encode_cursor(cursor: tuple[int, str]) -> str:
-    return base64.urlsafe_b64encode(f"{cursor[0]}:{cursor[1]}".encode()).decode().rstrip("=")
-
-
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_TOKEN_MAC_BYTES = 16
+_BAD_TOKEN = "not a token returned by a previous ListTasks call of this caller"
 
 
-def decode_cursor(token: str) -> tuple[int, str]:
+def _token_mac(key: bytes, scope: Scope, payload: bytes) -> bytes:
+    signed = b"\x00".join((scope.tenant.encode(), scope.owner.encode(), payload))
+    return hmac.new(key, signed, hashlib.sha256).digest()[:_TOKEN_MAC_BYTES]
+
+
+def encode_cursor(key: bytes, scope: Scope, cursor: tuple[int, str]) -> str:
+    """An opaque page token: the cursor and an HMAC (the store's key, bound to the caller's
+    scope), so a forged or altered token is refused instead of being followed."""
+    payload = struct.pack(">q", cursor[0]) + cursor[1].encode()
+    return base64.urlsafe_b64encode(payload + _token_mac(key, scope, payload)).decode().rstrip("=")
+
+
+def decode_cursor(key: bytes, scope: Scope, token: str) -> tuple[int, str]:
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-        micros, _, task_id = raw.partition(":")
-        value = int(micros)
-        if not task_id or not INT64_MIN <= value <= INT64_MAX:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        payload, mac = raw[:-_TOKEN_MAC_BYTES], raw[-_TOKEN_MAC_BYTES:]
+        if len(payload) < 9 or not hmac.compare_digest(mac, _token_mac(key, scope, payload)):
             raise ValueError
-        return value, task_id
+        return struct.unpack(">q", payload[:8])[0], payload[8:].decode()
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise invalid_field("pageToken", "not a token returned by a previous ListTasks call") from None
+        raise invalid_field("pageToken", _BAD_TOKEN) from None
 
 
 def _status_after(request: pb.ListTasksRequest) -> int | None:
@@ -404,7 +416,7 @@ class Engine:
             state=request.status,
             status_after_us=_status_after(request),
             page_size=page_size,
-            cursor=decode_cursor(request.page_token) if request.page_token else None,
+            cursor=decode_cursor(self.store.page_token_key, scope, request.page_token) if request.page_token else None,
         )
         page = await self.store.list(scope, query)
         history = request.history_length if request.HasField("history_length") else None
@@ -412,7 +424,7 @@ class Engine:
         response = pb.ListTasksResponse(
             page_size=page_size,
             total_size=page.total_size,
-            next_page_token=encode_cursor(page.next_cursor) if page.next_cursor else "",
+            next_page_token=encode_cursor(self.store.page_token_key, scope, page.next_cursor) if page.next_cursor else "",
         )
         for task in page.tasks:  # committed snapshots: they are what the filters and order saw
             response.tasks.append(shape_task(task, history, include))

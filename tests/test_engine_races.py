@@ -119,9 +119,29 @@ async def test_a_caller_leaving_during_a_load_does_not_fail_the_others(service):
 async def test_out_of_range_list_values_are_invalid_params(service):
     too_late = pb.ListTasksRequest()
     too_late.status_timestamp_after.seconds = 2**60
-    for req in (too_late, pb.ListTasksRequest(page_token=encode_cursor((10**30, "x")))):
+    for req in (too_late, pb.ListTasksRequest(page_token=encode_cursor(b"k" * 32, Scope(), (10**18, "x")))):
         with pytest.raises(InvalidParamsError):
             await service.api.ListTasks(req, CALL)
+
+
+async def test_page_tokens_are_tamper_evident(service):
+    import base64
+
+    for i in range(3):
+        await service.api.SendMessage(pb.SendMessageRequest(message=user_message(f"echo {i}")), CALL)
+    first = await service.api.ListTasks(pb.ListTasksRequest(page_size=1), CALL)
+    token = first.next_page_token
+    second = await service.api.ListTasks(pb.ListTasksRequest(page_size=1, page_token=token), CALL)
+    assert second.tasks[0].id != first.tasks[0].id
+    # The old format (base64 of "micros:taskId"), any altered byte, or another caller's token.
+    forged = base64.urlsafe_b64encode(f"{10**15}:{first.tasks[0].id}".encode()).decode().rstrip("=")
+    raw = bytearray(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    raw[3] ^= 1
+    altered = base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+    other = encode_cursor(service.store.page_token_key, Scope(owner="someone-else"), (10**15, first.tasks[0].id))
+    for bad in (forged, altered, other, "x"):
+        with pytest.raises(InvalidParamsError, match="pageToken"):
+            await service.api.ListTasks(pb.ListTasksRequest(page_size=1, page_token=bad), CALL)
 
 
 async def test_cancel_right_after_start_cancels(service):

@@ -48,6 +48,10 @@ class StoredEvent(NamedTuple):
 
 
 class TaskStore(Protocol):
+    # Secret (32 bytes, valid after open()) that makes ListTasks page tokens tamper-evident;
+    # every process on the same durable store sees the same one.
+    page_token_key: bytes
+
     async def open(self) -> None:
         """Create schema / connections. Idempotent."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from gen import a2a_pb2 as pb
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
 from service.timeutil import status_micros
@@ -14,6 +16,7 @@ class MemoryTaskStore:
         self._tasks: dict[tuple[Scope, str], bytes] = {}
         self._events: dict[tuple[Scope, str], list[StoredEvent]] = {}
         self._configs: dict[tuple[Scope, str], dict[str, bytes]] = {}
+        self.page_token_key = os.urandom(32)  # tokens die with the store, as the tasks do
 
     async def open(self) -> None:
         return None

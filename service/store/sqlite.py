@@ -523,6 +523,15 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
     return conn
 
 
+def _page_token_key(conn: sqlite3.Connection) -> bytes:
+    """This database's secret for ListTasks page tokens: made once, kept in the file, so
+    tokens stay valid across restarts (and for every process on the same file)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS store_secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+    conn.execute("INSERT OR IGNORE INTO store_secrets VALUES ('page_token_key', ?)", (os.urandom(32),))
+    conn.commit()
+    return bytes(conn.execute("SELECT value FROM store_secrets WHERE name = 'page_token_key'").fetchone()[0])
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version == SCHEMA_VERSION:
@@ -597,6 +606,7 @@ class SqliteTaskStore:
         self._copying: asyncio.Future | None = None  # a checkpoint beside the commits
         self._checkpoint: asyncio.Future | None = None  # the short one with commits paused
         self._wal_checked = 0.0
+        self.page_token_key = b""  # set by open()
 
     # ------------------------------------------------------------- lifecycle
 
@@ -627,6 +637,7 @@ class SqliteTaskStore:
             wconn = _connect(self._path, writer=True)
             opened.append(wconn)
             _migrate(wconn)  # may wait for another process: this is a helper thread
+            self.page_token_key = _page_token_key(wconn)
             _restart_wal(wconn)
             wconn.execute("PRAGMA busy_timeout = 0")  # from now on it runs on the event loop
             opened.append(_connect(self._path, writer=False))  # reads

@@ -260,12 +260,13 @@ async def fill_store(path: pathlib.Path, n: int, batch: int) -> dict:
     elapsed = time.perf_counter() - t0
     keys.sort(reverse=True)
     return {"tasks": n, "fill_s": elapsed, "tasks_per_s": n / elapsed, "keys": keys,
-            "context_id": contexts[0]}
+            "context_id": contexts[0], "page_token_key": store.page_token_key}
 
 
 def list_queries(fill: dict) -> dict:
     """name: (request, id of the first task expected, total_size expected, rows from the page on)."""
     from service.engine import encode_cursor  # the token format is the server's own
+    from service.store import Scope
 
     keys = fill["keys"]
     n = fill["tasks"]
@@ -273,7 +274,8 @@ def list_queries(fill: dict) -> dict:
     in_context = sum(1 for i in range(n) if i % CONTEXTS == 0)
     return {
         "first_page": (pb.ListTasksRequest(page_size=PAGE), keys[0][1], n, n),
-        "deep_page": (pb.ListTasksRequest(page_size=PAGE, page_token=encode_cursor(keys[middle - 1])),
+        "deep_page": (pb.ListTasksRequest(page_size=PAGE, page_token=encode_cursor(
+            fill["page_token_key"], Scope(), keys[middle - 1])),
                       keys[middle][1], n, n - middle),
         "context_filter": (pb.ListTasksRequest(page_size=PAGE, context_id=fill["context_id"]), None,
                            in_context, in_context),
