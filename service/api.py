@@ -31,7 +31,13 @@ from service.errors import (
 from service.inputs import InputPolicy
 from service.lifecycle import Gate
 from service.store import Scope
-from service.validation import check_history_length, check_id, check_message, check_required
+from service.validation import (
+    check_history_length,
+    check_id,
+    check_message,
+    check_required,
+    check_tenant,
+)
 
 SUPPORTED_VERSIONS = ("1.0",)  # any 1.x is accepted: minor versions are compatible
 VERSION_KEY = "a2a-version"
@@ -121,7 +127,7 @@ class A2AApi:
                 "A2A-Extensions header (gRPC metadata 'a2a-extensions')."
             )
         check_required(request)  # type: ignore[arg-type]
-        return Scope(tenant=getattr(request, "tenant", ""), owner=call.principal)
+        return Scope(tenant=check_tenant(request), owner=call.principal)  # type: ignore[arg-type]
 
     def _caller(self, call: CallContext, scope: Scope) -> Caller:
         # Credentials never reach the agent, even when this service does not check them.
