@@ -15,6 +15,12 @@ credential it understands; the first that is valid names the principal:
 No valid credential -> `UnauthenticatedError` (HTTP 401 `{"error":"Unauthorized"}` with a
 `WWW-Authenticate` challenge per scheme; gRPC UNAUTHENTICATED). The reason is logged at
 debug level only and never names a secret.
+
+A credential key sent more than once (two `authorization` entries, two API key headers) is
+refused the same way on every binding, whichever copy would be valid: taking the first or
+the last would let a proxy that adds one and a client that sends another disagree about who
+the caller is. The HTTP guard sees the raw headers; gRPC metadata comes as `call_metadata`,
+which keeps the last value of each key and remembers which keys were repeated.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 from gen import a2a_pb2 as pb
@@ -37,6 +43,30 @@ REALM = "a2a"
 
 # securitySchemes keys (this service's names)
 BEARER, JWT, BASIC, API_KEY, MTLS = "bearer", "jwt", "basic", "apiKey", "mtls"
+
+
+class CallMetadata(dict[str, str]):
+    """Call metadata by lower-case key (the last value of a repeated key), and `repeated`:
+    the keys that came more than once."""
+
+    repeated: frozenset[str] = frozenset()
+
+
+def call_metadata(pairs: Iterable[tuple[str, str | bytes]]) -> CallMetadata:
+    """gRPC invocation metadata as the text entries by lower-case key (binary `-bin` entries
+    are left out), noting repeated keys so the Authenticator can refuse repeated credentials."""
+    metadata = CallMetadata()
+    repeated: set[str] = set()
+    for key, value in pairs:
+        if not isinstance(value, str):
+            continue
+        key = key.lower()
+        if key in metadata:
+            repeated.add(key)
+        metadata[key] = value
+    if repeated:
+        metadata.repeated = frozenset(repeated)
+    return metadata
 
 
 @dataclass
@@ -73,7 +103,15 @@ class Authenticator:
     # ---- checking ------------------------------------------------------------------
 
     async def principal(self, metadata: Mapping[str, str]) -> str:
-        """The caller's principal, or UnauthenticatedError."""
+        """The caller's principal, or UnauthenticatedError. `metadata` from `call_metadata`
+        also tells which keys were repeated: a repeated credential key is refused."""
+        repeated = getattr(metadata, "repeated", ())
+        for key in self.credential_keys:
+            if key in repeated:
+                log.debug("refused: the credential key %r was sent more than once", key)
+                raise UnauthenticatedError(
+                    f"Unauthorized: {key!r} was sent more than once; send exactly one credential."
+                )
         found = await self._check_authorization(metadata.get(AUTHORIZATION))
         if found is None and self.api_keys:
             offered = metadata.get(self.api_key_key)
