@@ -10,11 +10,13 @@ behaviour: one handler per RPC of the service descriptor.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 from service.errors import InvalidRequestError, as_a2a_error
@@ -58,6 +60,9 @@ def _unary(behavior, authenticate: Authenticator | None):
 
 
 def _streaming(behavior, authenticate: Authenticator | None):
+    if not inspect.isasyncgenfunction(behavior):  # writes with context.write (health's Watch)
+        return _unary(behavior, authenticate)
+
     async def handle(request, context):
         if isinstance(request, Undecodable):
             await _refuse(request, context, authenticate)
@@ -67,10 +72,12 @@ def _streaming(behavior, authenticate: Authenticator | None):
     return handle
 
 
-def add_servicer(servicer: Any, server: grpc.aio.Server, authenticate: Authenticator | None = None) -> None:
-    """`add_A2AServiceServicer_to_server`, with tolerant request parsing."""
+def add_servicer(servicer: Any, server: grpc.aio.Server, authenticate: Authenticator | None = None,
+                 service: ServiceDescriptor = SERVICE) -> None:
+    """`add_<Service>Servicer_to_server` (the A2A service by default; also the public health
+    service, without `authenticate`), with tolerant request parsing."""
     handlers = {}
-    for method in SERVICE.methods:
+    for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
         behavior = getattr(servicer, method.name)
@@ -82,6 +89,6 @@ def add_servicer(servicer: Any, server: grpc.aio.Server, authenticate: Authentic
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                 _unary(behavior, authenticate), request_deserializer=_parser(request_cls),
                 response_serializer=response_cls.SerializeToString)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     if hasattr(server, "add_registered_method_handlers"):
-        server.add_registered_method_handlers(SERVICE.full_name, handlers)
+        server.add_registered_method_handlers(service.full_name, handlers)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
@@ -262,7 +262,7 @@ class Service:
         add_servicer(make_servicer(self.api, authenticate=self.auth, calls=CallLimit(s.grpc_max_concurrent_calls)),
                      server, authenticate=self.auth)
         self.health = HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
         _enable_reflection(server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
         with _setting("grpc_port"):
             await server.start()

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gen import a2a_pb2 as pb
@@ -62,3 +63,25 @@ async def test_unexpected_exception_is_internal_with_correlation_id(tmp_path, ca
     finally:
         await server.stop(None)
         await service.stop()
+
+
+async def test_health_answers_garbage_bytes_with_invalid_argument_and_no_internals(service):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        for method in ("Check", "Watch"):
+            path = f"/grpc.health.v1.Health/{method}"
+            raw = (channel.unary_unary if method == "Check" else channel.unary_stream)(
+                path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            call = raw(b"\xff\xff\xff\xff\x0f")
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                if method == "Check":
+                    await call
+                else:
+                    await call.read()
+            err = info.value
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, err.code(), err.details())
+            assert "HealthCheckRequest" in err.details() and "DecodeError" not in err.details()
+            assert "google.protobuf" not in err.details()
+        # Well-formed checks still work on the same channel.
+        health = health_pb2_grpc.HealthStub(channel)
+        ok = await health.Check(health_pb2.HealthCheckRequest())
+        assert ok.status == health_pb2.HealthCheckResponse.SERVING
