@@ -101,6 +101,32 @@ async def test_refused_tokens_get_the_same_401(start_service, jwks, keys):
     assert (await whoami(service, keys["k1"].token(exp_in=-5)))[0] == 200
 
 
+async def test_time_claims_must_be_json_numbers(start_service, jwks, keys):
+    """RFC 7519 NumericDate is a JSON number; PyJWT's int() would take "1767225600" or true."""
+    service = await start_service(http_port=0, store="memory:", agent=WHOAMI, **jwt_settings(jwks))
+    k1 = keys["k1"]
+    now = int(__import__("time").time())
+    refused = {
+        "exp as a numeric string": k1.token(exp_in=None, exp=str(now + 300)),
+        "nbf as a numeric string": k1.token(nbf=str(now - 10)),
+        "iat as a numeric string": k1.token(iat=str(now)),
+        "iat as true": k1.token(iat=True),
+        "nbf as false": k1.token(nbf=False),
+        "exp as a list": k1.token(exp_in=None, exp=[now + 300]),
+    }
+    for what, token in refused.items():
+        assert await whoami(service, token) == (401, ""), what
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        await expect_error(stub.ListTasks(pb.ListTasksRequest(), metadata=(
+            ("authorization", f"Bearer {refused['iat as a numeric string']}"),)),
+            grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+    # Numbers pass, fractions included (a NumericDate may be non-integer).
+    accepted = [k1.token(), k1.token(exp_in=None, exp=now + 300.5), k1.token(iat=now - 0.25, nbf=now - 1.5)]
+    for token in accepted:
+        assert await whoami(service, token) == (200, f"jwt:{ISSUER}|user-1")
+
+
 async def test_algorithm_allowlist(start_service, keys):
     server = JwksServer([keys["k1"], keys["k2"], keys["k3"]])
     try:

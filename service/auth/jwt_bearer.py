@@ -11,7 +11,9 @@ algorithms only: a JWKS publishes public keys, and HMAC over a public key is the
 classic algorithm-confusion attack), its `kid` selects a signing key (a token
 without `kid` is fine when the set has exactly one key), the key's own `alg` (if
 any) agrees, the signature verifies, and `iss`, `aud`, `exp` (and `nbf`/`iat` when
-present) pass with a small leeway. The principal is `jwt:<iss>|<sub>`.
+present) pass with a small leeway. `exp`, `nbf` and `iat` must be NumericDates (RFC 7519
+§2: JSON numbers): PyJWT reads them with int(), which also takes "1767225600" or true,
+so a string or a boolean there is refused here. The principal is `jwt:<iss>|<sub>`.
 
 Why a token was refused goes to the debug log only: the client always gets the
 same 401.
@@ -23,6 +25,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import math
 import time
 import urllib.parse
 import urllib.request
@@ -38,6 +41,14 @@ MAX_TOKEN_CHARS = 16 * 1024
 MAX_DOCUMENT_BYTES = 1024 * 1024
 FETCH_TIMEOUT_SECONDS = 5.0
 MAX_UNKNOWN_KID_REFRESH_SECONDS = 10.0
+
+
+TIME_CLAIMS = ("exp", "nbf", "iat")
+
+
+def is_numeric_date(value: Any) -> bool:
+    """RFC 7519 NumericDate: a JSON number (not a string, not a boolean), finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class JwksError(Exception):
@@ -223,6 +234,11 @@ class JwtVerifier:
         except jwt.PyJWTError as exc:
             log.debug("JWT refused: %s", exc)
             return None
+        for claim in TIME_CLAIMS:
+            if claim in claims and not is_numeric_date(claims[claim]):
+                log.debug("JWT refused: %s is %s, not a NumericDate (a JSON number)", claim,
+                          type(claims[claim]).__name__)
+                return None
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             return None
