@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
 from service import card_cli
-from service.signing import CardSigner, key_from_pem, key_from_secret
+from service.signing import CardSigner, SigningError, key_from_pem, key_from_secret
 from tests.conftest import ROOT
 
 SECRET = "s3cret-" + "x" * 40
@@ -196,3 +196,119 @@ def test_hs256_without_a_secret_says_how_to_pass_one(tmp_path):
     assert result.returncode == 1 and "--secret-env NAME" in one_error_line(result)
     result = cli(str(tmp_path / "card.json"), "--secret-env", "CARD_SECRET", env={"CARD_SECRET": SECRET})
     assert result.returncode == 0 and "HS256" in result.stdout, result.stderr
+
+
+# ---------------------------------------------------------------- what card verify trusts
+
+
+def test_a_same_origin_jku_verifies_for_integrity_only(site):
+    key = new_key()
+    card, jwks = signed_card(key, jku=site.origin + "/keys/jwks.json")
+    site.json("/keys/jwks.json", jwks)
+    url = site.json("/card.json", card)
+    result = cli(url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("verified (integrity only: the key came from the card's own jku, "
+                                    "not from a key you pinned with --jwks)")
+    assert site.origin + "/keys/jwks.json" in result.stdout
+    # Loopback names are one host: the README's `card verify http://localhost:8080` works
+    # against a server whose jku says 127.0.0.1.
+    result = cli(url.replace("127.0.0.1", "localhost"))
+    assert result.returncode == 0 and "card's own jku" in result.stdout, result.stderr
+    # Without a jku: the agent's well-known JWKS, also integrity only.
+    card, jwks = signed_card(key)
+    site.json("/.well-known/jwks.json", jwks)
+    site.json("/.well-known/agent-card.json", card)
+    result = cli(site.origin)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("verified (integrity only: the key came from the agent's own JWKS")
+    # Pinned with --jwks: no such caveat.
+    result = cli(site.origin, "--jwks", site.origin + "/.well-known/jwks.json")
+    assert result.returncode == 0 and result.stdout.startswith("verified: ")
+    assert "integrity only" not in result.stdout and "pinned with --jwks" in result.stdout
+
+
+def test_a_foreign_jku_is_refused_unless_allowed(site, other_site):
+    card, jwks = signed_card(jku=other_site.json("/jwks.json", {}))
+    other_site.json("/jwks.json", jwks)
+    url = site.json("/card.json", card)
+    result = cli(url)
+    assert result.returncode == 1 and "refused: not the card URL's origin" in one_error_line(result)
+    assert "--allow-foreign-jku" in result.stderr and other_site.hits == []  # never fetched
+    result = cli(url, "--allow-foreign-jku")
+    assert result.returncode == 0 and "integrity only" in result.stdout, result.stderr
+
+
+def test_a_card_from_a_file_has_no_origin_for_its_jku(site, tmp_path):
+    card, jwks = signed_card(jku=site.json("/jwks.json", {}))
+    site.json("/jwks.json", jwks)
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    result = cli(str(tmp_path / "card.json"))
+    assert result.returncode == 1 and "read from a file" in one_error_line(result) and site.hits == []
+    result = cli(str(tmp_path / "card.json"), "--allow-foreign-jku")
+    assert result.returncode == 0 and "card's own jku" in result.stdout, result.stderr
+
+
+def test_a_jku_is_never_a_local_file_nor_plain_http_off_loopback(site, tmp_path):
+    key = new_key()
+    _, jwks = signed_card(key)
+    (tmp_path / "jwks.json").write_text(json.dumps(jwks))
+    for jku in (str(tmp_path / "jwks.json"), f"file://{tmp_path}/jwks.json", "/dev/zero", "/dev/stdin",
+                "/etc/hostname", "ftp://127.0.0.1/jwks.json"):
+        card, _ = signed_card(key, jku=jku)
+        url = site.json("/card.json", card)
+        result = subprocess.run([sys.executable, "-m", "service", "card", "verify", url, "--allow-foreign-jku"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120, input="",
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 1, (jku, result.stderr)
+        assert "refused: only https://" in one_error_line(result), jku
+        assert "verified" not in result.stdout
+    # Plain http off loopback: refused before any connection is tried.
+    finder = card_cli.KeyFinder("https://agent.example/card.json", None, None, allow_foreign_jku=True)
+    for jku in ("http://192.0.2.1/jwks.json", "http://agent.example/jwks.json", "http://[::ffff:7f00:1]/j"):
+        with pytest.raises(SigningError, match="refused: only https://"):
+            finder({"alg": "ES256", "kid": "k", "jku": jku})
+    assert finder.unreadable == [] and finder.sources == []
+
+
+def test_a_redirect_to_another_host_is_not_followed(site, other_site):
+    key = new_key()
+    card, jwks = signed_card(key)
+    other_site.json("/.well-known/agent-card.json", card)
+    other_site.json("/.well-known/jwks.json", jwks)
+    site.redirect("/.well-known/agent-card.json", other_site.origin + "/.well-known/agent-card.json")
+    result = cli(site.origin)
+    assert result.returncode == 2 and "another origin (not followed)" in one_error_line(result)
+    assert other_site.hits == []
+    # The keys redirected elsewhere: not followed either (unreadable keys: exit 2).
+    site.json("/.well-known/agent-card.json", card)
+    site.redirect("/.well-known/jwks.json", other_site.origin + "/.well-known/jwks.json")
+    result = cli(site.origin)
+    assert result.returncode == 2 and "another origin" in one_error_line(result) and other_site.hits == []
+    # Same-origin redirects are followed, a bounded number of times.
+    site.redirect("/.well-known/jwks.json", "/keys")
+    site.json("/keys", jwks)
+    assert cli(site.origin).returncode == 0
+    site.redirect("/loop", "/loop")
+    result = cli(site.origin, "--jwks", site.origin + "/loop")
+    assert result.returncode == 2 and "HTTP 302" in one_error_line(result)
+    assert 1 < site.hits.count("/loop") <= card_cli.MAX_REDIRECTS + 1
+
+
+def test_local_files_must_be_regular_and_small(tmp_path):
+    card, jwks = signed_card()
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    (tmp_path / "big.json").write_bytes(b" " * (card_cli.MAX_DOCUMENT_BYTES + 1))
+    os.mkfifo(tmp_path / "fifo")
+    for source in ("/dev/zero", "/dev/stdin", str(tmp_path / "fifo"), str(tmp_path)):
+        for args in ((source,), (str(tmp_path / "card.json"), "--jwks", source)):
+            result = subprocess.run([sys.executable, "-m", "service", "card", "verify", *args], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=120, input="{}",
+                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
+            assert result.returncode == 2, (args, result.stderr)
+            line = one_error_line(result)
+            assert line.startswith(f"error: {source}: ") and ("not a regular file" in line or "cannot read" in line)
+    result = cli(str(tmp_path / "big.json"))
+    assert result.returncode == 2 and "larger than" in one_error_line(result)
+    result = cli(str(tmp_path / "card.json"), "--secret-file", "/dev/zero")
+    assert result.returncode == 2 and "not a regular file" in one_error_line(result)

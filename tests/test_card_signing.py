@@ -329,3 +329,19 @@ async def test_cli_unsigned_card_and_unreachable_agent(start_service):
     assert code == 1 and "no signatures" in err
     code, _, err = await run_cli("http://127.0.0.1:9/")
     assert code == 2 and "cannot read" in err
+
+
+async def test_cli_says_integrity_only_unless_the_keys_are_pinned(start_service, tmp_path):
+    service = await signed_service(start_service, card_signing_key_files=[write_key(tmp_path, "k.pem", "ES256")])
+    base = f"http://127.0.0.1:{service.http_port}"
+    code, out, err = await run_cli(base)  # the served card's jku: same origin, so used
+    assert code == 0, err
+    assert out.startswith("verified (integrity only: the key came from the card's own jku")
+    code, out, err = await run_cli(base, "--jwks", f"{base}/.well-known/jwks.json")
+    assert code == 0 and "integrity only" not in out and "pinned with --jwks" in out, err
+    # A saved copy has no origin: its jku is refused unless allowed, and never read as a file.
+    (tmp_path / "card.json").write_text(json.dumps((await fetch(service, "/.well-known/agent-card.json")).json()))
+    code, _, err = await run_cli(str(tmp_path / "card.json"))
+    assert code == 1 and "--allow-foreign-jku" in err
+    code, out, err = await run_cli(str(tmp_path / "card.json"), "--allow-foreign-jku")
+    assert code == 0 and "integrity only" in out, err
