@@ -89,6 +89,9 @@ class GatedInvoker:
     async def close(self) -> None:
         await self._inner.close()
 
+    def end_streams(self, error: BaseException) -> int:
+        return self._inner.end_streams(error) if isinstance(self._inner, GrpcInvoker) else 0
+
 
 # ----------------------------------------------------------------------------- proxy mode
 
@@ -138,6 +141,8 @@ class GrpcInvoker:
         self._channel = channel or grpc.aio.insecure_channel(
             target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
         )
+        self._open: set[grpc.aio.UnaryStreamCall] = set()  # streams being relayed
+        self._ended_with: BaseException | None = None  # set when a drain ends the streams
         self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
         self._stream: dict[str, grpc.aio.UnaryStreamMultiCallable] = {}
         for method in service.methods:
@@ -165,28 +170,43 @@ class GrpcInvoker:
                 first.result()
             except grpc.aio.AioRpcError as exc:
                 raise error_from_grpc(exc) from None
-        return _relay(rpc, iterator, first)
+        return self._relay(rpc, iterator, first)
+
+    def end_streams(self, error: BaseException) -> int:
+        """End every relayed stream with `error` (a draining proxy); returns how many."""
+        self._ended_with = error
+        ended = len(self._open)
+        for rpc in list(self._open):
+            rpc.cancel()
+        return ended
 
     async def close(self) -> None:
         await self._channel.close()
 
+    async def _relay(self, rpc: grpc.aio.UnaryStreamCall, iterator: AsyncIterator[Message],
+                     first: asyncio.Future) -> AsyncIterator[Message]:
+        self._open.add(rpc)
+        try:
+            try:
+                event = await first
+                while event is not None:
+                    yield event
+                    event = await anext(iterator, None)
+            except grpc.aio.AioRpcError as exc:
+                if self._ended_with is not None and exc.code() == grpc.StatusCode.CANCELLED:
+                    raise self._ended_with from None
+                raise error_from_grpc(exc) from None
+            except asyncio.CancelledError:
+                if self._ended_with is not None and rpc.cancelled():
+                    raise self._ended_with from None
+                raise
+        finally:
+            self._open.discard(rpc)
+            if not first.done():
+                first.cancel()
+            with contextlib.suppress(Exception):
+                rpc.cancel()  # a client that went away ends only its own upstream stream
+
 
 def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
-
-
-async def _relay(rpc: grpc.aio.UnaryStreamCall, iterator: AsyncIterator[Message],
-                 first: asyncio.Future) -> AsyncIterator[Message]:
-    try:
-        try:
-            event = await first
-            while event is not None:
-                yield event
-                event = await anext(iterator, None)
-        except grpc.aio.AioRpcError as exc:
-            raise error_from_grpc(exc) from None
-    finally:
-        if not first.done():
-            first.cancel()
-        with contextlib.suppress(Exception):
-            rpc.cancel()  # a client that went away ends only its own upstream stream

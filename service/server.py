@@ -336,6 +336,8 @@ class Service:
         self.gate.close()
         while self._busy() and loop.time() < deadline:  # noqa: ASYNC110 - no event covers both servers
             await asyncio.sleep(0.05)
+        if isinstance(self.invoker, GatedInvoker):  # proxy mode: the relayed streams
+            self.invoker.end_streams(UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1))
         if self.engine is not None:
             ended = self.engine.end_streams(UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1))
             stopped = await self.engine.shutdown()

@@ -420,3 +420,28 @@ async def test_reflection_is_served_as_v1_and_v1alpha(start_service):
             responses = [r async for r in call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))]
             names = {s.name for s in responses[0].list_services_response.service}
             assert {"lf.a2a.v1.A2AService", "grpc.health.v1.Health", name} <= names, (name, names)
+
+
+async def test_a_draining_proxy_ends_relayed_streams_recognisably(start_service, tmp_path):
+    from service.server import Service
+    from tests.conftest import make_settings
+
+    upstream = await start_service(store="memory:", agent="tests.agents:ScriptedAgent")
+    proxy = Service(make_settings(tmp_path / "proxy", http_port=0, upstream=f"127.0.0.1:{upstream.grpc_port}",
+                                  agent="tests.agents:ScriptedAgent", drain_seconds=0.3))
+    await proxy.start()
+    body = {"message": {"messageId": "p1", "role": "ROLE_USER", "parts": [{"text": "hang"}]}}
+    async with httpx.AsyncClient(timeout=20) as client:
+        async with client.stream("POST", f"http://127.0.0.1:{proxy.http_port}/message:stream",
+                                 headers=V1, json=body) as response:
+            lines = response.aiter_lines()
+            text = ""
+            while text.count("\n\n") < 2:  # the task, then WORKING
+                text += await anext(lines) + "\n"
+            stopping = asyncio.create_task(proxy.stop())
+            async for line in lines:
+                text += line + "\n"
+        await asyncio.wait_for(stopping, 20)
+    last = parse_sse(text)[-1]
+    assert last[1] == "error" and last[2]["error"]["status"] == "UNAVAILABLE"
+    assert "shutting down" in last[2]["error"]["message"]
