@@ -111,6 +111,7 @@ class Settings:
     tls_cert_file: str = ""  # PEM certificate chain: TLS on the gRPC and HTTP listeners
     tls_key_file: str = ""  # its PEM private key (unencrypted)
     tls_client_ca_file: str = ""  # PEM CA(s): client certificates signed by them are required (mTLS)
+    tls_hsts_max_age_seconds: int = 31_536_000  # with TLS: Strict-Transport-Security max-age on HTTP (0 = none)
 
     @property
     def store_url(self) -> str:
@@ -226,3 +227,6 @@ def validate(s: Settings) -> None:
     from service.auth.settings import validate_security  # imports this module
 
     validate_security(s)
+    if s.tls_hsts_max_age_seconds < 0:
+        raise ConfigError("tls_hsts_max_age_seconds: must not be negative (seconds browsers keep to https; "
+                          "0 sends no Strict-Transport-Security header)")
