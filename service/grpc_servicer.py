@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
+from service.auth.schemes import call_metadata
 from service.errors import A2AError, OverloadedError, as_a2a_error, error_details
 
 log = logging.getLogger("service.grpc")
@@ -58,7 +59,7 @@ def status_details(
 
 
 async def call_context(context: grpc.aio.ServicerContext, authenticate: Authenticator | None) -> CallContext:
-    metadata = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+    metadata = call_metadata(context.invocation_metadata() or ())  # notes repeated credentials
     principal = await authenticate(metadata) if authenticate is not None else ""
     return CallContext(metadata=metadata, principal=principal)
 

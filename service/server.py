@@ -32,6 +32,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from gateway.app import build_app
+from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
 from gen import a2a_pb2 as pb
@@ -178,9 +179,11 @@ class Service:
             jwks_path=s.card_jwks_path,
             auth=self.auth, forward_credentials=bool(s.upstream),
         )
+        if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
+            app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response
         level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
         await self.http.start(app, log_level=level, graceful_seconds=max(1.0, s.drain_seconds),
-                              ssl=self.tls.uvicorn_options() if self.tls is not None else None)
+                              ssl=self.tls.uvicorn_options() if self.tls is not None else None, settings=s)
         mode = f"proxy to {s.upstream}" if s.upstream else "in-process"
         log.info("HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s%s)",
                  s.host, self.http_port, mode, _security_note(self.auth, self.tls))
@@ -233,6 +236,8 @@ class Service:
                 ("grpc.max_receive_message_length", s.max_request_bytes),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
+                # connection limits, keepalive, idle and age (service/netlimits.py)
+                *__import__("service.netlimits", fromlist=["_"]).grpc_server_options(s),
             ]
         )
         address = f"{s.host}:{s.grpc_port}"
