@@ -5,6 +5,11 @@ known before the agent card that advertises it is built. uvicorn does not
 install signal handlers here: the composition root owns SIGINT/SIGTERM and
 the drain order (health goes non-200, in-flight requests finish, then the
 listener closes).
+
+Connection limits (gateway.connguard, README "Connection limits"): the listening
+socket counts connections and refuses or evicts past the cap at accept time; the
+protocol is uvicorn's h11 one with header and body deadlines; the keep-alive
+timeout is uvicorn's.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from typing import Any
 
 import uvicorn
 
+from gateway.connguard import (
+    ConnectionGuard,
+    GuardedListener,
+    guarded_protocol,
+    quiet_aborted_uploads,
+)
+from service import logflood
+from service.netlimits import HttpLimits, http_limits
+
 log = logging.getLogger("gateway")
 
 
@@ -27,13 +41,13 @@ class _EmbeddedServer(uvicorn.Server):
         yield  # signals belong to the process's composition root
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (port 0 picks a free one)."""
+def bind(host: str, port: int, factory: type[socket.socket] = socket.socket) -> socket.socket:
+    """A listening TCP socket on host:port (port 0 picks a free one), made by `factory`."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, address = infos[0]
     # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on such sockets, and
     # without it Nagle + delayed ACKs add ~40 ms to every keep-alive response.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = factory(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):
@@ -50,19 +64,32 @@ def bind(host: str, port: int) -> socket.socket:
 class HttpServer:
     def __init__(self, host: str, port: int) -> None:
         try:
-            self.sock = bind(host, port)
+            self.sock: GuardedListener = bind(host, port, GuardedListener)  # type: ignore[assignment]
         except OSError as exc:
             raise OSError(f"cannot listen for HTTP on {host}:{port} ({exc.strerror or exc})") from None
         self.port: int = self.sock.getsockname()[1]
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task | None = None
+        self.guard: ConnectionGuard | None = None
+        self._log_summaries: asyncio.TimerHandle | None = None
 
     async def start(self, app, *, log_level: str = "warning", graceful_seconds: float = 5.0,
-                    ssl: dict[str, Any] | None = None) -> None:
-        """`ssl`: uvicorn's ssl_* options (service.auth.TlsFiles.uvicorn_options) for HTTPS."""
+                    ssl: dict[str, Any] | None = None, settings: Any = None) -> None:
+        """`ssl`: uvicorn's ssl_* options (service.auth.TlsFiles.uvicorn_options) for HTTPS.
+        `settings`: where the connection limits come from (service.netlimits.http_limits;
+        default: their defaults)."""
+        limits = http_limits(settings) if settings is not None else HttpLimits()
+        logflood.install()
+        guard = ConnectionGuard(limits.max_connections, limits.header_timeout, limits.body_timeout,
+                                tls=bool(ssl))
+        guard.start(asyncio.get_running_loop())
+        self.guard = self.sock.guard = guard
+        self._summarise_logs()
         config = uvicorn.Config(
-            app, lifespan="off", log_config=None, log_level=log_level.lower(), access_log=False,
-            timeout_graceful_shutdown=max(graceful_seconds, 0.1), server_header=False,
+            quiet_aborted_uploads(app), lifespan="off", log_config=None, log_level=log_level.lower(),
+            access_log=False, timeout_graceful_shutdown=max(graceful_seconds, 0.1), server_header=False,
+            http=guarded_protocol(guard), ws="none",
+            timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # float is fine
             **(ssl or {}),
         )
         self._server = _EmbeddedServer(config)
@@ -72,6 +99,11 @@ class HttpServer:
                 self._task.result()  # raises what stopped it
                 raise OSError("the HTTP server stopped during startup")
             await asyncio.sleep(0.005)
+
+    def _summarise_logs(self) -> None:
+        """Every minute: the summaries of repeated log records (service.logflood)."""
+        logflood.flush()
+        self._log_summaries = asyncio.get_running_loop().call_later(60, self._summarise_logs)
 
     def in_flight(self) -> int:
         """Requests being handled now (streams included)."""
@@ -87,6 +119,9 @@ class HttpServer:
 
     async def stop(self) -> None:
         """Close the listener, let open responses finish (bounded), then return."""
+        if self._log_summaries is not None:
+            self._log_summaries.cancel()
+            self._log_summaries = None
         if self._server is None or self._task is None:
             self.sock.close()
             return
@@ -95,3 +130,4 @@ class HttpServer:
             await self._task
         except Exception:  # pragma: no cover - already logged by uvicorn
             log.exception("HTTP server stopped with an error")
+        logflood.flush(everything=True)

@@ -112,6 +112,18 @@ class Settings:
     tls_key_file: str = ""  # its PEM private key (unencrypted)
     tls_client_ca_file: str = ""  # PEM CA(s): client certificates signed by them are required (mTLS)
     tls_hsts_max_age_seconds: int = 31_536_000  # with TLS: Strict-Transport-Security max-age on HTTP (0 = none)
+    # connection limits (validated in service/netlimits.py; README "Connection limits")
+    max_connections: int = 1000  # open connections per listener; lowered to fit RLIMIT_NOFILE - fd_reserve
+    fd_reserve: int = 128  # descriptors kept free of connections (store, push queue, logs, grpc internals)
+    http_header_timeout_seconds: float = 10.0  # a request's headers (and a TLS handshake) must arrive within this
+    http_body_timeout_seconds: float = 60.0  # a request body must be complete this long after its headers
+    http_keepalive_timeout_seconds: float = 5.0  # idle keep-alive connections close after this
+    grpc_handshake_timeout_seconds: float = 10.0  # a new gRPC connection's TLS and HTTP/2 setup
+    grpc_keepalive_seconds: float = 60.0  # ping a silent connection after this; drop it if unanswered
+    grpc_keepalive_timeout_seconds: float = 20.0  # ... within this
+    grpc_max_connection_idle_seconds: float = 300.0  # close connections without calls after this (0 = never)
+    grpc_max_connection_age_seconds: float = 3600.0  # close connections this old (0 = never) ...
+    grpc_max_connection_age_grace_seconds: float = 600.0  # ... once their calls end, or after this
 
     @property
     def store_url(self) -> str:
@@ -230,3 +242,6 @@ def validate(s: Settings) -> None:
     if s.tls_hsts_max_age_seconds < 0:
         raise ConfigError("tls_hsts_max_age_seconds: must not be negative (seconds browsers keep to https; "
                           "0 sends no Strict-Transport-Security header)")
+    from service.netlimits import validate_netlimits
+
+    validate_netlimits(s)

@@ -1,0 +1,133 @@
+"""Connection limits of both listeners, and the file-descriptor budget behind them.
+
+Every open connection costs a file descriptor, and so do the task store, the push
+queue, log files, outgoing push requests and grpc's own machinery. Without limits,
+idle sockets from one unauthenticated client exhaust RLIMIT_NOFILE: new connections
+then fail on both ports and the store and push queue fail with EMFILE. So:
+
+- at startup the soft RLIMIT_NOFILE is raised to the hard limit (`raise_nofile_limit`);
+- each listener keeps at most `connection_cap(settings)` connections open: the
+  `max_connections` setting, lowered so that the listeners together leave
+  `fd_reserve` descriptors for everything else;
+- gRPC (`grpc_server_options`): grpc's own per-listener connection quota
+  (`grpc.max_allowed_incoming_connections`: past it a new connection is closed as soon
+  as it is accepted), a handshake deadline for new connections (TLS and the HTTP/2
+  preface: a socket that sends nothing is closed), keepalive pings that drop dead
+  peers (also on connections without calls), an idle limit (a connection without
+  calls is closed with GOAWAY; clients reconnect on their next call) and a maximum
+  age with a grace period for the calls still running;
+- HTTP (gateway.connguard): the same cap, plus deadlines for headers and bodies and
+  the keep-alive timeout (`http_limits`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("service.netlimits")
+
+MIN_FD_RESERVE = 32
+_reported: set[tuple[int, int, int]] = set()
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (idempotent); the (soft, hard) limits
+    now in force, or (0, 0) where the platform has none."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return 0, 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # e.g. macOS caps the soft limit below an infinite hard one
+            pass
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft, hard
+
+
+def listener_count(s: Any) -> int:
+    """Listeners sharing the descriptor budget: gRPC (not in proxy mode) and HTTP (unless off)."""
+    return max(1, (0 if s.upstream else 1) + (1 if s.http_port >= 0 else 0))
+
+
+def connection_cap(s: Any) -> int:
+    """Connections each listener keeps open at once: max_connections, lowered when the soft
+    RLIMIT_NOFILE (after raising it to the hard limit) minus fd_reserve, shared by the
+    listeners, is smaller."""
+    soft, _ = raise_nofile_limit()
+    cap = s.max_connections
+    if soft > 0:
+        budget = (soft - s.fd_reserve) // listener_count(s)
+        if budget < cap:
+            cap = max(1, budget)
+            seen = (soft, s.fd_reserve, cap)
+            if seen not in _reported:
+                _reported.add(seen)
+                log.warning("max_connections lowered from %d to %d per listener: RLIMIT_NOFILE is %d "
+                            "and %d descriptors are kept in reserve (fd_reserve); raise the limit "
+                            "(ulimit -n, LimitNOFILE=) to allow more", s.max_connections, cap, soft,
+                            s.fd_reserve)
+    return cap
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def grpc_server_options(s: Any) -> list[tuple[str, int]]:
+    """grpc.aio.server channel options for the connection limits (see the module docstring)."""
+    options = [
+        ("grpc.max_allowed_incoming_connections", connection_cap(s)),
+        ("grpc.server_handshake_timeout_ms", _ms(s.grpc_handshake_timeout_seconds)),
+        ("grpc.keepalive_time_ms", _ms(s.grpc_keepalive_seconds)),
+        ("grpc.keepalive_timeout_ms", _ms(s.grpc_keepalive_timeout_seconds)),
+        ("grpc.keepalive_permit_without_calls", 1),  # our pings also find dead idle peers
+        ("grpc.http2.max_pings_without_data", 0),  # ... and go on while a stream is silent
+    ]
+    if s.grpc_max_connection_idle_seconds > 0:
+        options.append(("grpc.max_connection_idle_ms", _ms(s.grpc_max_connection_idle_seconds)))
+    if s.grpc_max_connection_age_seconds > 0:
+        options.append(("grpc.max_connection_age_ms", _ms(s.grpc_max_connection_age_seconds)))
+        options.append(("grpc.max_connection_age_grace_ms", _ms(s.grpc_max_connection_age_grace_seconds)))
+    return options
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_connections: int = 1000  # already fitted to the descriptor budget
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    keepalive_timeout: float = 5.0
+
+
+def http_limits(s: Any) -> HttpLimits:
+    return HttpLimits(
+        max_connections=connection_cap(s),
+        header_timeout=s.http_header_timeout_seconds,
+        body_timeout=s.http_body_timeout_seconds,
+        keepalive_timeout=s.http_keepalive_timeout_seconds,
+    )
+
+
+def validate_netlimits(s: Any) -> None:
+    """Startup checks of the connection settings (ConfigError on failure)."""
+    from service.config import ConfigError
+
+    if s.max_connections < 1:
+        raise ConfigError(f"max_connections: must be at least 1 (got {s.max_connections})")
+    if s.fd_reserve < MIN_FD_RESERVE:
+        raise ConfigError(f"fd_reserve: must be at least {MIN_FD_RESERVE} (got {s.fd_reserve})")
+    for key in ("http_header_timeout_seconds", "http_body_timeout_seconds",
+                "http_keepalive_timeout_seconds", "grpc_handshake_timeout_seconds",
+                "grpc_keepalive_seconds", "grpc_keepalive_timeout_seconds",
+                "grpc_max_connection_age_grace_seconds"):
+        if not 0 < getattr(s, key) <= 86400:
+            raise ConfigError(f"{key}: must be more than 0 and at most 86400 seconds (got {getattr(s, key)})")
+    for key in ("grpc_max_connection_idle_seconds", "grpc_max_connection_age_seconds"):
+        if not 0 <= getattr(s, key) <= 30 * 86400:
+            raise ConfigError(f"{key}: must be between 0 (no limit) and 2592000 seconds (got {getattr(s, key)})")
