@@ -196,12 +196,13 @@ class Service:
             return  # proxy mode keeps no state
         data_dir = pathlib.Path(s.data_dir)
         db = pathlib.Path(s.store_url[len("sqlite:"):].removeprefix("//")) if s.store_url.startswith("sqlite:") else None
-        uses_dir = (db is not None or s.agent == "command"
+        db_inside = db is not None and db.parent.resolve() == data_dir.resolve()
+        uses_dir = (db_inside or s.agent == "command"
                     or (s.push_notifications and (s.push_queue == "local-file" or not s.push_secret_keys)))
         try:
             if uses_dir:
                 self.ownership.claim(data_dir / LOCK_FILE, f"data directory {data_dir.resolve()}")
-            if db is not None and db.parent.resolve() != data_dir.resolve():
+            if db is not None and not db_inside:
                 self.ownership.claim(db.with_name(db.name + ".lock"), f"task database {db.resolve()}")
         except InUseError as exc:
             raise StartupError(f"{'data_dir' if uses_dir else 'store'}: {exc}") from None

@@ -73,6 +73,7 @@ def test_cli_rejects_bad_config_with_exit_2():
 
 def test_cli_reports_unknown_agent_without_traceback():
     out = run_cli("serve", "--agent", "no.such.module:Agent", "--store", "memory:", "--grpc-port", "0", "--http-port", "-1")
-    assert out.returncode == 1
+    assert out.returncode == 2  # a startup failure: one line naming the setting
+    assert "cannot start: agent: " in out.stderr
     assert "cannot import module 'no.such.module'" in out.stderr
     assert "Traceback" not in out.stderr
