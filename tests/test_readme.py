@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -48,14 +49,27 @@ def _run(script: str, cwd, env: dict[str, str]) -> subprocess.CompletedProcess:
         try:
             proc.wait(timeout=90)
         finally:
-            # Servers the block started in the background go with its process group.
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            _end_group(proc.pid)
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
+
+
+def _end_group(pgid: int) -> None:
+    """Servers a block started in the background go with its process group: SIGTERM (they
+    drain), then SIGKILL for anything still there after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def test_the_readme_has_runnable_examples():
