@@ -29,13 +29,16 @@ MAX_KINDS = 256  # kinds remembered at once (least recently seen forgotten first
 class _Kind:
     __slots__ = ("start", "seen", "suppressed", "name", "level", "text")
 
-    def __init__(self, start: float, record: logging.LogRecord, text: str) -> None:
+    def __init__(self, start: float, record: logging.LogRecord) -> None:
         self.start = start
         self.seen = 0
         self.suppressed = 0
         self.name = record.name
         self.level = record.levelno
-        self.text = text
+        try:  # what the summary quotes: the first record of the window, formatted
+            self.text = record.getMessage().split("\n", 1)[0][:200]
+        except Exception:  # noqa: BLE001 - a bad format string is logging's to report
+            self.text = _first_line(record)
 
 
 def _first_line(record: logging.LogRecord) -> str:
@@ -67,7 +70,7 @@ class FloodFilter(logging.Filter):
                     due.append(other)
             kind = self._kinds.get(key)
             if kind is None or now - kind.start >= self.window:
-                kind = _Kind(now, record, text)
+                kind = _Kind(now, record)
                 self._kinds[key] = kind
                 while len(self._kinds) > MAX_KINDS:
                     old = self._kinds.popitem(last=False)[1]

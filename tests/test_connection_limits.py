@@ -269,15 +269,17 @@ async def test_grpc_closes_silent_connections_caps_them_and_closes_idle_ones(sta
 async def test_an_aborted_upload_is_not_an_internal_error(start_service, caplog):
     service = await http_service(start_service, http_body_timeout_seconds=30)
     caplog.set_level(logging.INFO)
+    uploads = []
     for path in (b"/", b"/message:send"):
         reader, writer = await asyncio.open_connection("127.0.0.1", service.http_port)
         writer.write(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"A2A-Version: 1.0\r\nContent-Length: 100000\r\n\r\n" + b'{"x":"' + b"y" * 1000)
         await writer.drain()
-        await asyncio.sleep(0.1)  # the endpoint is reading the body
+        uploads.append(writer)
+    await eventually(lambda: service.http.in_flight() == 2, BOUND, "both endpoints reading their bodies")
+    for writer in uploads:
         writer.close()
-    await eventually(lambda: caplog.text.count("before its body was complete") >= 1, BOUND, "the disconnect noted")
-    await asyncio.sleep(0.2)
+    await eventually(lambda: service.http.in_flight() == 0, BOUND, "both requests ended")
     assert "internal error" not in caplog.text and "Traceback" not in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
@@ -339,26 +341,36 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
     )
     assert proc.stdout is not None
     flood: list[socket.socket] = []
-    startup = b""
+    output = bytearray()  # the server's log
+    collector: asyncio.Task | None = None
     peak = -1
     tally: dict[str, int] = {}
     try:
-        while b"A2A service ready" not in startup:
+        while b"A2A service ready" not in output:
             line = await asyncio.wait_for(proc.stdout.readline(), 30)
-            assert line, startup.decode(errors="replace")
-            startup += line
+            assert line, output.decode(errors="replace")
+            output += line
+
+        async def collect() -> None:  # the log, read as it comes (a full pipe would stall the server)
+            while chunk := await proc.stdout.read(65536):
+                if len(output) < 1 << 20:
+                    output.extend(chunk[: (1 << 20) - len(output)])
+
+        collector = asyncio.create_task(collect())
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
         health = health_pb2_grpc.HealthStub(channel)
         await health.Check(health_pb2.HealthCheckRequest(), timeout=BOUND, wait_for_ready=True)
 
         # The flood: 300 silent and 100 half-sent-header sockets on HTTP, 50 trickling
         # bodies, 200 silent sockets on gRPC.
+        firsts: dict[socket.socket, bytes] = {}
+
         def connect(port: int, first: bytes = b"") -> socket.socket:
-            s = socket.create_connection(("127.0.0.1", port), timeout=BOUND)
-            if first:
-                s.sendall(first)
+            s = socket.socket()
             s.setblocking(False)
             flood.append(s)
+            s.connect_ex(("127.0.0.1", port))
+            firsts[s] = first
             return s
 
         silent = [connect(http_port) for _ in range(300)]
@@ -366,6 +378,22 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
         trickling = [connect(http_port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                              b"A2A-Version: 1.0\r\nContent-Length: 5000\r\n\r\n{") for _ in range(50)]
         grpc_silent = [connect(grpc_port) for _ in range(200)]
+        pending = set(flood)
+        with selectors.DefaultSelector() as sel:  # wait (bounded) until every connect is through
+            for s in flood:
+                sel.register(s, selectors.EVENT_WRITE)
+            deadline = time.monotonic() + BOUND
+            while pending and time.monotonic() < deadline:
+                for key, _ in sel.select(timeout=0.2):
+                    pending.discard(key.fileobj)
+                    sel.unregister(key.fileobj)
+        assert not pending, f"{len(pending)} of {len(flood)} connects did not complete"
+        for s, first in firsts.items():
+            if first:
+                try:
+                    s.send(first)
+                except OSError:
+                    pass  # refused or evicted already: seen below
         peak = _open_fds(proc.pid)
 
         # While they are open: HTTP health and SendMessage from a new client, gRPC health and
@@ -448,7 +476,9 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
-    log = startup + await proc.stdout.read()
+        if collector is not None:
+            await asyncio.wait_for(collector, 10)
+    log = bytes(output)
     text = log.decode(errors="replace")
     print(f"\nproof: {len(flood)} flood sockets ({tally}), peak {peak} descriptors of 256, "
           f"server log {len(log)} bytes:\n{text}")
