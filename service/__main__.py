@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from service import card_cli, config
+from service import card_cli, config, logflood
 from service.push import cli as push_cli
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
     from service.server import StartupError, serve
 
     try:

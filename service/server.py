@@ -48,6 +48,7 @@ from service.grpc_handlers import add_servicer
 from service.grpc_servicer import SERVICE, CallLimit, make_servicer
 from service.inputs import policy_from_settings
 from service.lifecycle import Gate
+from service.netlimits import grpc_server_options, raise_nofile_limit
 from service.ownership import LOCK_FILE, InUseError, Ownership
 from service.push import PushNotifications
 from service.signing import CardSigner, SignedCards, signer_from_settings
@@ -134,6 +135,7 @@ class Service:
     async def start(self) -> None:
         """Start everything or nothing: StartupError (or ConfigError) names what failed."""
         s = self.settings
+        raise_nofile_limit()  # descriptors for the connection caps and the reserve
         try:
             self._claim_data()  # before anything in the data directory is opened
             self.auth = authenticator_from(s)  # ConfigError for unusable credentials, before any listener
@@ -238,7 +240,7 @@ class Service:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
                 # connection limits, keepalive, idle and age (service/netlimits.py)
-                *__import__("service.netlimits", fromlist=["_"]).grpc_server_options(s),
+                *grpc_server_options(s),
             ]
         )
         address = f"{s.host}:{s.grpc_port}"
