@@ -61,10 +61,12 @@ def build_app(
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again)."""
-    jsonrpc = JsonRpcEndpoint(invoker, service, keepalive_seconds=keepalive_seconds,
-                              max_body_bytes=max_body_bytes)
-    rest = RestEndpoint(invoker, service, keepalive_seconds=keepalive_seconds,
-                        max_body_bytes=max_body_bytes)
+    jsonrpc = JsonRpcEndpoint(
+        invoker, service, keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes
+    )
+    rest = RestEndpoint(
+        invoker, service, keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes
+    )
     jsonrpc_handle, rest_handle = jsonrpc.handle, rest.handle
     if auth is not None:
         guard = HttpAuth(auth, forward_credentials=forward_credentials).guard
@@ -76,5 +78,7 @@ def build_app(
         Route("/{path:path}", rest_handle, methods=ALL_METHODS),
     ]
     if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all
-        routes.insert(-1, Route(jwks_path, JwksEndpoint(jwks, card_max_age).handle, methods=ALL_METHODS))
+        routes.insert(
+            -1, Route(jwks_path, JwksEndpoint(jwks, card_max_age).handle, methods=ALL_METHODS)
+        )
     return Starlette(routes=routes)

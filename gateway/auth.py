@@ -29,8 +29,12 @@ UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 
 
 def unauthorized(auth: Authenticator) -> Response:
-    response = Response(UNAUTHORIZED_BODY, status_code=401, media_type="application/json",
-                        headers={"Cache-Control": "no-store"})
+    response = Response(
+        UNAUTHORIZED_BODY,
+        status_code=401,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
     for challenge in auth.challenges():
         response.headers.append("WWW-Authenticate", challenge)
     return response

@@ -36,8 +36,13 @@ def check_content_type(content_type: str | None) -> None:
         )
     for param in params.split(";"):
         key, _, value = param.partition("=")
-        if key.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
-            raise UnsupportedMediaTypeError(f"charset {value.strip()!r} is not supported; send UTF-8 JSON.")
+        if key.strip().lower() == "charset" and value.strip().strip('"').lower() not in (
+            "utf-8",
+            "utf8",
+        ):
+            raise UnsupportedMediaTypeError(
+                f"charset {value.strip()!r} is not supported; send UTF-8 JSON."
+            )
 
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
@@ -71,6 +76,10 @@ def rest_media_type(accept: str | None) -> str:
     return JSON_MEDIA_TYPE
 
 
-def json_response(value: object, status: int = 200, media_type: str = JSON_MEDIA_TYPE,
-                  headers: dict[str, str] | None = None) -> Response:
+def json_response(
+    value: object,
+    status: int = 200,
+    media_type: str = JSON_MEDIA_TYPE,
+    headers: dict[str, str] | None = None,
+) -> Response:
     return Response(dumps(value), status_code=status, media_type=media_type, headers=headers)

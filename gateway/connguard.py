@@ -42,8 +42,7 @@ BUSY_RESPONSE = (
     b"Content-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n"
     b"Connection: close\r\n\r\n" + _BUSY_BODY
 )
-TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n"
-                    b"Connection: close\r\n\r\n")
+TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 REFUSE_BATCH = 64  # refusals per accept() call; asyncio polls the listener again after
 EVICTING_AT_MOST = 16  # evicted connections whose descriptor is not closed yet
 
@@ -53,7 +52,9 @@ _HEADERS, _BODY = "headers", "body"
 class ConnectionGuard:
     """The counts and deadlines of one listener."""
 
-    def __init__(self, cap: int, header_timeout: float, body_timeout: float, *, tls: bool = False) -> None:
+    def __init__(
+        self, cap: int, header_timeout: float, body_timeout: float, *, tls: bool = False
+    ) -> None:
         self.cap = cap
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
@@ -61,7 +62,9 @@ class ConnectionGuard:
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.open = 0  # accepted sockets not yet closed
         self.evicting = 0  # ... of which evicted and about to close
-        self.sockets: dict[int, CountedSocket] = {}  # by descriptor, for the protocol to find its own
+        self.sockets: dict[
+            int, CountedSocket
+        ] = {}  # by descriptor, for the protocol to find its own
         self.waiting: dict[GuardedH11Protocol, None] = {}  # waiting for a request, oldest first
         self.refused = 0
         self.evicted = 0
@@ -95,8 +98,11 @@ class ConnectionGuard:
             pass
         finally:
             sock.close()
-        log.warning("HTTP connection limit reached (%d open): new connections are refused with 503 "
-                    "(max_connections)", self.cap)
+        log.warning(
+            "HTTP connection limit reached (%d open): new connections are refused with 503 "
+            "(max_connections)",
+            self.cap,
+        )
 
 
 class CountedSocket(socket.socket):
@@ -220,8 +226,12 @@ class GuardedH11Protocol(H11Protocol):
         phase = _HEADERS if state is h11.IDLE else _BODY if state is h11.SEND_BODY else None
         if phase is not self._phase:
             self._enter(phase)
-        if (phase is _HEADERS and got_data and self._timer is None
-                and (self._counted is None or self._counted._timer is None)):
+        if (
+            phase is _HEADERS
+            and got_data
+            and self._timer is None
+            and (self._counted is None or self._counted._timer is None)
+        ):
             # Part of a later request's headers came: the rest has header_timeout.
             self._timer = self.loop.call_later(self.guard.header_timeout, self.close_late)
 
@@ -309,7 +319,10 @@ def quiet_aborted_uploads(app: Any) -> Any:
         try:
             await app(scope, receive_body, send)
         except _ClientGone:
-            log.info("request ended before its body was complete (client gone or body timeout): "
-                     "%s %r", scope.get("method", "?"), scope.get("path", "?")[:100])
+            log.info(
+                "request ended before its body was complete (client gone or body timeout): %s %r",
+                scope.get("method", "?"),
+                scope.get("path", "?")[:100],
+            )
 
     return guarded

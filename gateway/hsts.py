@@ -35,7 +35,9 @@ class HstsMiddleware:
 
     def __init__(self, app: ASGIApp, max_age_seconds: int = DEFAULT_MAX_AGE_SECONDS) -> None:
         if max_age_seconds <= 0:
-            raise ValueError("max_age_seconds must be positive (0 means: do not install the middleware)")
+            raise ValueError(
+                "max_age_seconds must be positive (0 means: do not install the middleware)"
+            )
         self.app = app
         self.header = (HEADER, hsts_value(max_age_seconds).encode("latin-1"))
 

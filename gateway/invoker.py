@@ -45,7 +45,9 @@ FIRST_EVENT_GRACE_SECONDS = 1.0
 class Invoker(Protocol):
     async def unary(self, name: str, request: Message, call: CallContext) -> Message: ...
 
-    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]: ...
+    async def stream(
+        self, name: str, request: Message, call: CallContext
+    ) -> AsyncIterator[Message]: ...
 
     async def close(self) -> None: ...
 
@@ -58,13 +60,17 @@ class InProcessInvoker:
         for method in service.methods:
             handler = getattr(api, method.name, None)
             if handler is None:
-                raise TypeError(f"{type(api).__name__} has no method {method.name} for RPC {method.full_name}")
+                raise TypeError(
+                    f"{type(api).__name__} has no method {method.name} for RPC {method.full_name}"
+                )
             self._handlers[method.name] = handler
 
     async def unary(self, name: str, request: Message, call: CallContext) -> Message:
         return await self._handlers[name](request, call)
 
-    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]:
+    async def stream(
+        self, name: str, request: Message, call: CallContext
+    ) -> AsyncIterator[Message]:
         return await self._handlers[name](request, call)
 
     async def close(self) -> None:
@@ -82,7 +88,9 @@ class GatedInvoker:
         self._gate.check()
         return await self._inner.unary(name, request, call)
 
-    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]:
+    async def stream(
+        self, name: str, request: Message, call: CallContext
+    ) -> AsyncIterator[Message]:
         self._gate.check()
         return await self._inner.stream(name, request, call)
 
@@ -136,7 +144,9 @@ def _metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
 class GrpcInvoker:
     """Forwards every RPC to `target` (host:port) over one grpc.aio channel."""
 
-    def __init__(self, target: str, service: ServiceDescriptor, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self, target: str, service: ServiceDescriptor, channel: grpc.aio.Channel | None = None
+    ) -> None:
         self.target = target
         self._channel = channel or grpc.aio.insecure_channel(
             target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
@@ -160,7 +170,9 @@ class GrpcInvoker:
         except grpc.aio.AioRpcError as exc:
             raise error_from_grpc(exc) from None
 
-    async def stream(self, name: str, request: Message, call: CallContext) -> AsyncIterator[Message]:
+    async def stream(
+        self, name: str, request: Message, call: CallContext
+    ) -> AsyncIterator[Message]:
         rpc = self._stream[name](request, metadata=_metadata(call))
         iterator = rpc.__aiter__()
         first = asyncio.ensure_future(anext(iterator, None))
@@ -183,8 +195,9 @@ class GrpcInvoker:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _relay(self, rpc: grpc.aio.UnaryStreamCall, iterator: AsyncIterator[Message],
-                     first: asyncio.Future) -> AsyncIterator[Message]:
+    async def _relay(
+        self, rpc: grpc.aio.UnaryStreamCall, iterator: AsyncIterator[Message], first: asyncio.Future
+    ) -> AsyncIterator[Message]:
         self._open.add(rpc)
         try:
             try:

@@ -55,7 +55,9 @@ def _request_id(envelope: dict[str, Any]) -> Any:
 
 def _check_envelope(doc: Any) -> tuple[Any, str, Any]:
     if isinstance(doc, list):
-        raise InvalidRequestError("Batch requests are not supported; send one JSON-RPC request object per call.")
+        raise InvalidRequestError(
+            "Batch requests are not supported; send one JSON-RPC request object per call."
+        )
     if not isinstance(doc, dict):
         raise InvalidRequestError("A JSON-RPC request must be a JSON object.")
     if doc.get("jsonrpc") != "2.0":
@@ -94,8 +96,12 @@ class JsonRpcEndpoint:
 
     def _error(self, err: A2AError, rid: Any) -> Response:
         status = err.http_status if err.http_status in _KEEP_HTTP_STATUS else 200
-        return Response(dumps(jsonrpc_error_body(err, rid)), status_code=status,
-                        media_type=JSON_MEDIA_TYPE, headers=http_headers(err))
+        return Response(
+            dumps(jsonrpc_error_body(err, rid)),
+            status_code=status,
+            media_type=JSON_MEDIA_TYPE,
+            headers=http_headers(err),
+        )
 
     async def handle(self, request: Request) -> Response:
         rid: Any = None
@@ -114,14 +120,19 @@ class JsonRpcEndpoint:
                 )
             method, request_cls = entry
             message = build_request(request_cls, body=params, body_field="*")
-            call = call_context(request.scope["headers"], request.headers, request.query_params,
-                                request.scope.get(PRINCIPAL_KEY, ""))
+            call = call_context(
+                request.scope["headers"],
+                request.headers,
+                request.query_params,
+                request.scope.get(PRINCIPAL_KEY, ""),
+            )
             if method.server_streaming:
                 events = await self.invoker.stream(name, message, call)
                 return event_stream(
                     events,
                     frame=lambda event, rid=rid: dumps_str(
-                        {"jsonrpc": "2.0", "id": rid, "result": to_json_dict(event)}),
+                        {"jsonrpc": "2.0", "id": rid, "result": to_json_dict(event)}
+                    ),
                     frame_error=lambda err, rid=rid: dumps_str(jsonrpc_error_body(err, rid)),
                     keepalive_seconds=self.keepalive_seconds,
                     where=f"JSON-RPC {name} stream",
@@ -131,4 +142,3 @@ class JsonRpcEndpoint:
             return Response(dumps(body), media_type=JSON_MEDIA_TYPE)
         except Exception as exc:
             return self._error(as_a2a_error(exc, f"JSON-RPC {name}"), rid)
-

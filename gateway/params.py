@@ -23,7 +23,9 @@ VERSION_KEY = "a2a-version"
 PRINCIPAL_KEY = "a2a.principal"  # ASGI scope key: the caller, set by gateway.auth's guard
 
 
-def forwarded_metadata(headers: list[tuple[bytes, bytes]], query: Mapping[str, str]) -> dict[str, str]:
+def forwarded_metadata(
+    headers: list[tuple[bytes, bytes]], query: Mapping[str, str]
+) -> dict[str, str]:
     """Call metadata from raw ASGI headers (and the A2A-Version query parameter)."""
     metadata: dict[str, str] = {}
     for raw_name, raw_value in headers:
@@ -31,7 +33,7 @@ def forwarded_metadata(headers: list[tuple[bytes, bytes]], query: Mapping[str, s
         if name in FORWARDED_HEADERS:
             key = name
         elif name.startswith(GRPC_METADATA_PREFIX) and len(name) > len(GRPC_METADATA_PREFIX):
-            key = name[len(GRPC_METADATA_PREFIX):]
+            key = name[len(GRPC_METADATA_PREFIX) :]
         else:
             continue
         value = raw_value.decode("latin-1")
@@ -51,7 +53,9 @@ def last_event_id(headers: Mapping[str, str]) -> int | None:
         return None
     raw = raw.strip()
     if not raw.isdigit():
-        raise invalid_field("Last-Event-ID", f"must be an event id this server sent (a number), got {raw!r}")
+        raise invalid_field(
+            "Last-Event-ID", f"must be an event id this server sent (a number), got {raw!r}"
+        )
     return int(raw)
 
 

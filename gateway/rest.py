@@ -35,14 +35,18 @@ from service.errors import MethodNotFoundError, as_a2a_error
 
 def build_router(service: ServiceDescriptor) -> Router:
     routes = with_post_aliases(route_table(service))
-    for route in routes:  # a rule naming a field the request lacks is a contract bug: fail at startup
+    for (
+        route
+    ) in routes:  # a rule naming a field the request lacks is a contract bug: fail at startup
         input_type = route.method.input_type
         for name in (*route.variables, *([route.body] if route.body not in ("", "*") else [])):
             try:
                 resolve_path(input_type, name)
             except KeyError:
-                raise ValueError(f"{route.method.full_name}: {route.template} names {name!r}, "
-                                 f"which {input_type.full_name} does not have") from None
+                raise ValueError(
+                    f"{route.method.full_name}: {route.template} names {name!r}, "
+                    f"which {input_type.full_name} does not have"
+                ) from None
     return Router(routes)
 
 
@@ -78,7 +82,9 @@ class RestEndpoint:
                         f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}.",
                         allowed,
                     )
-                raise MethodNotFoundError(f"No A2A operation at {request.method} {request.url.path}.")
+                raise MethodNotFoundError(
+                    f"No A2A operation at {request.method} {request.url.path}."
+                )
             route = match.route
             name = route.method.name
             body = None
@@ -87,11 +93,18 @@ class RestEndpoint:
                 if raw.strip():
                     body = parse_json_body(raw)
             message = build_request(
-                self.request_classes[name], body=body, body_field=route.body,
-                path_vars=match.path_vars, query=request.query_params.multi_items(),
+                self.request_classes[name],
+                body=body,
+                body_field=route.body,
+                path_vars=match.path_vars,
+                query=request.query_params.multi_items(),
             )
-            call = call_context(request.scope["headers"], request.headers, request.query_params,
-                                request.scope.get(PRINCIPAL_KEY, ""))
+            call = call_context(
+                request.scope["headers"],
+                request.headers,
+                request.query_params,
+                request.scope.get(PRINCIPAL_KEY, ""),
+            )
             if route.method.server_streaming:
                 events = await self.invoker.stream(name, message, call)
                 return event_stream(
@@ -105,5 +118,9 @@ class RestEndpoint:
             return Response(dumps(to_json_dict(result)), media_type=media_type)
         except Exception as exc:
             err = as_a2a_error(exc, f"REST {name}")
-            return Response(dumps(rest_error_body(err)), status_code=err.http_status,
-                            media_type=media_type, headers=http_headers(err))
+            return Response(
+                dumps(rest_error_body(err)),
+                status_code=err.http_status,
+                media_type=media_type,
+                headers=http_headers(err),
+            )

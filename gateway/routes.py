@@ -103,7 +103,9 @@ def _parse_template(template: str) -> tuple[tuple[Segment, ...], str]:
                     segments.append(Segment(None, piece, var))
                 else:
                     if var:
-                        raise TemplateError(f"template {template!r}: variable {name} must start with a wildcard")
+                        raise TemplateError(
+                            f"template {template!r}: variable {name} must start with a wildcard"
+                        )
                     segments.append(Segment(piece))
         elif raw in ("*", "**"):
             segments.append(Segment(None, raw))
@@ -150,7 +152,9 @@ def route_table(service: ServiceDescriptor) -> list[Route]:
     for method in service.methods:
         options = method.GetOptions()
         if options.HasExtension(annotations_pb2.http):
-            routes.extend(_rule_routes(options.Extensions[annotations_pb2.http], method, primary=True))
+            routes.extend(
+                _rule_routes(options.Extensions[annotations_pb2.http], method, primary=True)
+            )
     return sorted(routes, key=lambda r: not r.primary)  # stable: keeps declaration order
 
 

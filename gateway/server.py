@@ -66,29 +66,45 @@ class HttpServer:
         try:
             self.sock: GuardedListener = bind(host, port, GuardedListener)  # type: ignore[assignment]
         except OSError as exc:
-            raise OSError(f"cannot listen for HTTP on {host}:{port} ({exc.strerror or exc})") from None
+            raise OSError(
+                f"cannot listen for HTTP on {host}:{port} ({exc.strerror or exc})"
+            ) from None
         self.port: int = self.sock.getsockname()[1]
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task | None = None
         self.guard: ConnectionGuard | None = None
         self._log_summaries: asyncio.TimerHandle | None = None
 
-    async def start(self, app, *, log_level: str = "warning", graceful_seconds: float = 5.0,
-                    ssl: dict[str, Any] | None = None, settings: Any = None) -> None:
+    async def start(
+        self,
+        app,
+        *,
+        log_level: str = "warning",
+        graceful_seconds: float = 5.0,
+        ssl: dict[str, Any] | None = None,
+        settings: Any = None,
+    ) -> None:
         """`ssl`: uvicorn's ssl_* options (service.auth.TlsFiles.uvicorn_options) for HTTPS.
         `settings`: where the connection limits come from (service.netlimits.http_limits;
         default: their defaults)."""
         limits = http_limits(settings) if settings is not None else HttpLimits()
         logflood.install()
-        guard = ConnectionGuard(limits.max_connections, limits.header_timeout, limits.body_timeout,
-                                tls=bool(ssl))
+        guard = ConnectionGuard(
+            limits.max_connections, limits.header_timeout, limits.body_timeout, tls=bool(ssl)
+        )
         guard.start(asyncio.get_running_loop())
         self.guard = self.sock.guard = guard
         self._summarise_logs()
         config = uvicorn.Config(
-            quiet_aborted_uploads(app), lifespan="off", log_config=None, log_level=log_level.lower(),
-            access_log=False, timeout_graceful_shutdown=max(graceful_seconds, 0.1), server_header=False,
-            http=guarded_protocol(guard), ws="none",
+            quiet_aborted_uploads(app),
+            lifespan="off",
+            log_config=None,
+            log_level=log_level.lower(),
+            access_log=False,
+            timeout_graceful_shutdown=max(graceful_seconds, 0.1),
+            server_header=False,
+            http=guarded_protocol(guard),
+            ws="none",
             timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # float is fine
             **(ssl or {}),
         )

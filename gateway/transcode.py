@@ -36,22 +36,39 @@ RESERVED_QUERY = frozenset({"a2a-version"})
 
 # Well-known message types whose JSON form is a single string/number/bool, so
 # they can be set from one query value.
-_SCALAR_WKT = frozenset({
-    "google.protobuf.Timestamp", "google.protobuf.Duration", "google.protobuf.FieldMask",
-    "google.protobuf.StringValue", "google.protobuf.BytesValue", "google.protobuf.BoolValue",
-    "google.protobuf.Int32Value", "google.protobuf.Int64Value", "google.protobuf.UInt32Value",
-    "google.protobuf.UInt64Value", "google.protobuf.FloatValue", "google.protobuf.DoubleValue",
-})
+_SCALAR_WKT = frozenset(
+    {
+        "google.protobuf.Timestamp",
+        "google.protobuf.Duration",
+        "google.protobuf.FieldMask",
+        "google.protobuf.StringValue",
+        "google.protobuf.BytesValue",
+        "google.protobuf.BoolValue",
+        "google.protobuf.Int32Value",
+        "google.protobuf.Int64Value",
+        "google.protobuf.UInt32Value",
+        "google.protobuf.UInt64Value",
+        "google.protobuf.FloatValue",
+        "google.protobuf.DoubleValue",
+    }
+)
 _TRUE = frozenset({"true", "1", "t"})
 _FALSE = frozenset({"false", "0", "f"})
-_INT64_TYPES = frozenset({
-    FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64,
-})
+_INT64_TYPES = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
 
 
 def _repeated(field: FieldDescriptor) -> bool:
-    return field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+    return (
+        field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+    )
 
 
 @cache
@@ -91,14 +108,18 @@ _DOUBLE_MAX_DIGITS = len(str(int(_DOUBLE_MAX)))  # 309
 
 def _out_of_range(literal: str) -> JSONParseError:
     shown = literal if len(literal) <= 24 else f"{literal[:16]}... ({len(literal)} characters)"
-    return JSONParseError(f"The request body has a number out of range ({shown}): JSON numbers must be "
-                          "within the range of a 64-bit float.")
+    return JSONParseError(
+        f"The request body has a number out of range ({shown}): JSON numbers must be "
+        "within the range of a 64-bit float."
+    )
 
 
 def _json_int(literal: str) -> int:
     # Checked before int(): past 4300 digits int() itself raises (CVE-2020-10735 limit).
     digits = len(literal) - literal.startswith("-")
-    if digits >= _DOUBLE_MAX_DIGITS and (digits > _DOUBLE_MAX_DIGITS or abs(int(literal)) > _DOUBLE_MAX):
+    if digits >= _DOUBLE_MAX_DIGITS and (
+        digits > _DOUBLE_MAX_DIGITS or abs(int(literal)) > _DOUBLE_MAX
+    ):
         raise _out_of_range(literal)
     return int(literal)
 
@@ -130,7 +151,9 @@ def parse_json_body(raw: bytes) -> Any:
     except UnicodeDecodeError:
         raise JSONParseError("The request body is not valid UTF-8 JSON.") from None
     try:
-        doc = json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+        doc = json.loads(
+            text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant
+        )
         if _SURROGATE_ESCAPE.search(text) is not None:
             # Maybe a false alarm (an escaped backslash before "ud800"): the parsed value tells.
             json.dumps(doc, ensure_ascii=False).encode("utf-8")
@@ -148,13 +171,17 @@ def parse_json_body(raw: bytes) -> Any:
     return doc
 
 
-def _set_nested(target: dict[str, Any], chain: list[FieldDescriptor], value: Any, source: str) -> None:
+def _set_nested(
+    target: dict[str, Any], chain: list[FieldDescriptor], value: Any, source: str
+) -> None:
     for field in chain[:-1]:
         child = target.get(field.json_name)
         if child is None:
             child = target[field.json_name] = {}
         elif not isinstance(child, dict):
-            raise invalid_field(json_path(chain), f"conflicts with a non-object value for {field.json_name}")
+            raise invalid_field(
+                json_path(chain), f"conflicts with a non-object value for {field.json_name}"
+            )
         target = child
     leaf = chain[-1]
     # The body may use the proto name or the JSON name; either counts as "already set".
@@ -174,8 +201,11 @@ def _query_value(chain: list[FieldDescriptor], values: list[str]) -> Any:
         if field.message_type.GetOptions().map_entry:
             raise invalid_field(path, "map fields cannot be set from query parameters")
         if field.message_type.full_name not in _SCALAR_WKT:
-            raise invalid_field(path, "is a message; set its fields with dotted names (e.g. "
-                                f"{path}.<field>=...) or send the request as a JSON body")
+            raise invalid_field(
+                path,
+                "is a message; set its fields with dotted names (e.g. "
+                f"{path}.<field>=...) or send the request as a JSON body",
+            )
     converted = [_convert_scalar(field, v, path) for v in values]
     if _repeated(field):
         return converted
@@ -194,7 +224,10 @@ def _convert_scalar(field: FieldDescriptor, value: str, path: str) -> Any:
         raise invalid_field(path, f"expected true or false, got {value!r}")
     if field.type == FieldDescriptor.TYPE_ENUM and value.lstrip("-").isdigit():
         return int(value)
-    if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.full_name == "google.protobuf.BoolValue":
+    if (
+        field.type == FieldDescriptor.TYPE_MESSAGE
+        and field.message_type.full_name == "google.protobuf.BoolValue"
+    ):
         return _convert_scalar(field.message_type.fields_by_name["value"], value, path)
     return value  # json_format parses numbers, enums by name, timestamps, bytes from strings
 
@@ -241,7 +274,9 @@ def build_request(
             grouped.setdefault(json_path(chain), (chain, []))[1].append(value)
         for path, (chain, values) in grouped.items():
             if path in bound or (body_field and path.startswith(body_field)):
-                raise invalid_field(path, "is set by the URL path or body; it cannot be a query parameter")
+                raise invalid_field(
+                    path, "is set by the URL path or body; it cannot be a query parameter"
+                )
             _set_nested(document, chain, _query_value(chain, values), "query")
     message = cls()
     try:
@@ -265,13 +300,13 @@ def _params_error(exc: json_format.ParseError, root: str) -> A2AError:
     unknown = _UNKNOWN.search(text)
     if unknown:
         where = unknown.group(2)
-        prefix = where[len(root) + 1:] if where.startswith(root + ".") else ""
+        prefix = where[len(root) + 1 :] if where.startswith(root + ".") else ""
         field = f"{prefix}.{unknown.group(1)}" if prefix else unknown.group(1)
         return invalid_field(field, "unknown field")
     problem = _CHAIN.split(text)[-1].split("\n")[0].rstrip(".")
     at = _AT.search(problem)
     if at and at.group(1).startswith(root + "."):
-        field = at.group(1)[len(root) + 1:]
+        field = at.group(1)[len(root) + 1 :]
         problem = problem[: at.start()].rstrip(".")
     else:
         field = ".".join(_CHAIN.findall(text)) or root

@@ -17,30 +17,77 @@ Flags win over the environment, which wins over the file."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m service", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m service",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command_name", required=True)
-    serve = sub.add_parser("serve", help="run the service", description=DESCRIPTION,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    serve.add_argument("--config", metavar="FILE", help="TOML file with settings (keys as below, with underscores)")
-    serve.add_argument("--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all interfaces)")
-    serve.add_argument("--grpc-port", type=int, help="gRPC port (default 50051; 0 picks a free port)")
-    serve.add_argument("--http-port", type=int,
-                       help="HTTP gateway port for JSON-RPC, REST and the agent card (default 8080; 0 picks a free port; -1 disables it)")
-    serve.add_argument("--data-dir", help="directory for the task database and workspaces (default ./data, created on first run)")
-    serve.add_argument("--store", help="task store URL: sqlite:PATH (default sqlite:DATA_DIR/tasks.db) or memory: (not durable)")
-    serve.add_argument("--agent", help="agent to run: echo (default), command, or an import path package.module:attr")
-    serve.add_argument("--command", help="program for the command agent, shell-quoted, e.g. \"wc -w\"")
-    serve.add_argument("--public-url", help="base URL of the HTTP gateway as clients reach it (for the agent card)")
-    serve.add_argument("--grpc-public-address", help="host:port of the gRPC endpoint as clients reach it (for the agent card)")
-    serve.add_argument("--upstream", metavar="HOST:PORT",
-                       help="proxy mode: run only the HTTP gateway, forwarding every call to this A2A gRPC server")
-    serve.add_argument("--card-max-age", type=int,
-                       help="seconds clients and caches may reuse the agent card (Cache-Control max-age; default 60)")
-    serve.add_argument("--sse-keepalive-seconds", type=float,
-                       help="seconds between keep-alive comments on idle SSE streams (default 15)")
-    serve.add_argument("--name", help="agent name shown in the agent card (default: the agent's own)")
-    serve.add_argument("--push-notifications", choices=("true", "false"), help="enable push notification configs (default false)")
+    serve = sub.add_parser(
+        "serve",
+        help="run the service",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "--config", metavar="FILE", help="TOML file with settings (keys as below, with underscores)"
+    )
+    serve.add_argument(
+        "--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all interfaces)"
+    )
+    serve.add_argument(
+        "--grpc-port", type=int, help="gRPC port (default 50051; 0 picks a free port)"
+    )
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="HTTP gateway port for JSON-RPC, REST and the agent card (default 8080; 0 picks a free port; -1 disables it)",
+    )
+    serve.add_argument(
+        "--data-dir",
+        help="directory for the task database and workspaces (default ./data, created on first run)",
+    )
+    serve.add_argument(
+        "--store",
+        help="task store URL: sqlite:PATH (default sqlite:DATA_DIR/tasks.db) or memory: (not durable)",
+    )
+    serve.add_argument(
+        "--agent",
+        help="agent to run: echo (default), command, or an import path package.module:attr",
+    )
+    serve.add_argument(
+        "--command", help='program for the command agent, shell-quoted, e.g. "wc -w"'
+    )
+    serve.add_argument(
+        "--public-url", help="base URL of the HTTP gateway as clients reach it (for the agent card)"
+    )
+    serve.add_argument(
+        "--grpc-public-address",
+        help="host:port of the gRPC endpoint as clients reach it (for the agent card)",
+    )
+    serve.add_argument(
+        "--upstream",
+        metavar="HOST:PORT",
+        help="proxy mode: run only the HTTP gateway, forwarding every call to this A2A gRPC server",
+    )
+    serve.add_argument(
+        "--card-max-age",
+        type=int,
+        help="seconds clients and caches may reuse the agent card (Cache-Control max-age; default 60)",
+    )
+    serve.add_argument(
+        "--sse-keepalive-seconds",
+        type=float,
+        help="seconds between keep-alive comments on idle SSE streams (default 15)",
+    )
+    serve.add_argument(
+        "--name", help="agent name shown in the agent card (default: the agent's own)"
+    )
+    serve.add_argument(
+        "--push-notifications",
+        choices=("true", "false"),
+        help="enable push notification configs (default false)",
+    )
     serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     push_cli.add_parser(sub)
     card_cli.add_parser(sub)
@@ -59,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
     from service.server import StartupError, serve
 

@@ -111,14 +111,20 @@ class TurnContext:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return json_format.MessageToDict(self.message.metadata) if self.message.HasField("metadata") else {}
+        return (
+            json_format.MessageToDict(self.message.metadata)
+            if self.message.HasField("metadata")
+            else {}
+        )
 
     def _msg(self, content: PartsLike | pb.Message | None) -> pb.Message | None:
         if content is None:
             return None
         return agent_message(content, self.task_id, self.context_id)
 
-    async def working(self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None) -> None:
+    async def working(
+        self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None
+    ) -> None:
         """Report progress (TASK_STATE_WORKING), optionally with an agent message."""
         self._sink.status(pb.TASK_STATE_WORKING, self._msg(content), metadata)
 
@@ -152,14 +158,20 @@ class TurnContext:
     async def reject(self, content: PartsLike | pb.Message | None = None) -> None:
         self._sink.status(pb.TASK_STATE_REJECTED, self._msg(content), None)
 
-    async def require_input(self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None) -> None:
+    async def require_input(
+        self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None
+    ) -> None:
         """End the turn waiting for the caller's next message (a new turn will handle it)."""
         self._sink.status(pb.TASK_STATE_INPUT_REQUIRED, self._msg(content), metadata)
 
-    async def require_auth(self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None) -> None:
+    async def require_auth(
+        self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None
+    ) -> None:
         self._sink.status(pb.TASK_STATE_AUTH_REQUIRED, self._msg(content), metadata)
 
-    async def ask(self, content: PartsLike | pb.Message, *, metadata: dict | None = None) -> pb.Message:
+    async def ask(
+        self, content: PartsLike | pb.Message, *, metadata: dict | None = None
+    ) -> pb.Message:
         """Pause mid-turn: the task goes INPUT_REQUIRED, the carrying request ends, and
         this call returns the caller's follow-up message when it arrives (on any binding)."""
         self._sink.status(pb.TASK_STATE_INPUT_REQUIRED, self._msg(content), metadata)
@@ -191,7 +203,9 @@ def load_agent(spec: str, **options: Any) -> Agent:
     path = BUILTIN_AGENTS.get(spec, spec)
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"agent {spec!r}: expected 'package.module:attr' or one of {sorted(BUILTIN_AGENTS)}")
+        raise ValueError(
+            f"agent {spec!r}: expected 'package.module:attr' or one of {sorted(BUILTIN_AGENTS)}"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -199,8 +213,14 @@ def load_agent(spec: str, **options: Any) -> Agent:
     try:
         target = getattr(module, attr)
     except AttributeError:
-        raise ValueError(f"agent {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
-    agent = target(**options) if isinstance(target, type) or (callable(target) and not hasattr(target, "run")) else target
+        raise ValueError(
+            f"agent {spec!r}: module {module_name!r} has no attribute {attr!r}"
+        ) from None
+    agent = (
+        target(**options)
+        if isinstance(target, type) or (callable(target) and not hasattr(target, "run"))
+        else target
+    )
     if not isinstance(agent, Agent):
         raise ValueError(f"agent {spec!r}: object has no 'async def run(self, ctx)' method")
     return agent

@@ -46,7 +46,9 @@ EXTENSIONS_KEY = "a2a-extensions"
 PUSH_PAGE_DEFAULT = 50
 PUSH_PAGE_MAX = 100
 PUSH_SECRET_MAX = 4096
-_HTTP_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")  # an auth scheme name (RFC 9110 token)
+_HTTP_TOKEN = re.compile(
+    r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}"
+)  # an auth scheme name (RFC 9110 token)
 
 
 class PushHooks(Protocol):
@@ -55,8 +57,9 @@ class PushHooks(Protocol):
     async def check_url(self, url: str) -> None:
         """Raise ValueError with a client-facing reason when the callback URL may not be called."""
 
-    async def store_config(self, scope: Scope, config: pb.TaskPushNotificationConfig,
-                           after_seq: int | None) -> None:
+    async def store_config(
+        self, scope: Scope, config: pb.TaskPushNotificationConfig, after_seq: int | None
+    ) -> None:
         """Store the config; it gets the task's events after `after_seq` (None: from now on)."""
 
     async def delete_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...
@@ -118,8 +121,9 @@ class A2AApi:
         if version != "1.0" and not is_supported_version(version):
             raise VersionNotSupportedError(
                 f"A2A version {version!r} is not supported; supported: {', '.join(SUPPORTED_VERSIONS)}. "
-                "Send the header 'A2A-Version: 1.0' (gRPC metadata 'a2a-version')."
-            , metadata={"requested": version, "supported": ",".join(SUPPORTED_VERSIONS)})
+                "Send the header 'A2A-Version: 1.0' (gRPC metadata 'a2a-version').",
+                metadata={"requested": version, "supported": ",".join(SUPPORTED_VERSIONS)},
+            )
         missing = [u for u in self.required_extensions if u not in call.extensions]
         if missing:
             raise ExtensionSupportRequiredError(
@@ -132,8 +136,12 @@ class A2AApi:
     def _caller(self, call: CallContext, scope: Scope) -> Caller:
         # Credentials never reach the agent, even when this service does not check them.
         metadata = {k: v for k, v in call.metadata.items() if k not in CREDENTIAL_KEYS}
-        return Caller(principal=call.principal, tenant=scope.tenant, extensions=call.extensions,
-                      metadata=metadata)
+        return Caller(
+            principal=call.principal,
+            tenant=scope.tenant,
+            extensions=call.extensions,
+            metadata=metadata,
+        )
 
     def _check_push(self) -> None:
         if not self.push_notifications:
@@ -150,12 +158,18 @@ class A2AApi:
         admitted = await self.inputs.check(scope, message) if self.inputs is not None else None
         config = request.configuration
         history = check_history_length(config, "configuration.historyLength")
-        push = config.task_push_notification_config if config.HasField("task_push_notification_config") else None
+        push = (
+            config.task_push_notification_config
+            if config.HasField("task_push_notification_config")
+            else None
+        )
         follow_up = bool(message.task_id)
         stored: pb.TaskPushNotificationConfig | None = None
         if push is not None:
             self._check_push()
-            await self._check_push_config(push, "configuration.taskPushNotificationConfig", need_task=False)
+            await self._check_push_config(
+                push, "configuration.taskPushNotificationConfig", need_task=False
+            )
             stored = pb.TaskPushNotificationConfig()
             stored.CopyFrom(push)
             stored.tenant = scope.tenant
@@ -165,32 +179,46 @@ class A2AApi:
         caller = self._caller(call, scope)
         return_immediately = config.return_immediately and not stream
         if stored is None:
-            turn = await self.engine.send(scope, message, caller,
-                                          return_immediately=return_immediately, stream=stream)
+            turn = await self.engine.send(
+                scope, message, caller, return_immediately=return_immediately, stream=stream
+            )
         elif not follow_up:
             # A new task's config is stored before its agent may run, and gets every event.
             async def store_first(task_id: str) -> None:
                 stored.task_id = task_id
                 await self._store_push_config(scope, stored, 0)
 
-            turn = await self.engine.send(scope, message, caller, return_immediately=return_immediately,
-                                          stream=stream, before_start=store_first)
+            turn = await self.engine.send(
+                scope,
+                message,
+                caller,
+                return_immediately=return_immediately,
+                stream=stream,
+                before_start=store_first,
+            )
         else:
             # An existing task's config: stored first, it gets this turn's events on; a send
             # the engine refuses takes it back.
             stored.task_id = message.task_id
-            await self.engine.get(scope, message.task_id)  # TaskNotFoundError before anything is stored
-            await self._store_push_config(scope, stored, await self.engine.store.last_seq(scope, message.task_id))
+            await self.engine.get(
+                scope, message.task_id
+            )  # TaskNotFoundError before anything is stored
+            await self._store_push_config(
+                scope, stored, await self.engine.store.last_seq(scope, message.task_id)
+            )
             try:
-                turn = await self.engine.send(scope, message, caller,
-                                              return_immediately=return_immediately, stream=stream)
+                turn = await self.engine.send(
+                    scope, message, caller, return_immediately=return_immediately, stream=stream
+                )
             except BaseException:
                 with contextlib.suppress(Exception):
                     await self._delete_push_config(scope, stored.task_id, stored.id)
                 raise
         return turn, history
 
-    async def SendMessage(self, request: pb.SendMessageRequest, call: CallContext) -> pb.SendMessageResponse:
+    async def SendMessage(
+        self, request: pb.SendMessageRequest, call: CallContext
+    ) -> pb.SendMessageResponse:
         turn, history = await self._start(request, call, stream=False)
         if request.configuration.return_immediately and turn.run.task is not None:
             task = await self.engine.accepted(turn.run)
@@ -215,7 +243,9 @@ class A2AApi:
         history = check_history_length(request)
         return shape_task(await self.engine.get(scope, request.id), history)
 
-    async def ListTasks(self, request: pb.ListTasksRequest, call: CallContext) -> pb.ListTasksResponse:
+    async def ListTasks(
+        self, request: pb.ListTasksRequest, call: CallContext
+    ) -> pb.ListTasksResponse:
         scope = self._admit(call, request)
         check_id(request.context_id, "contextId")
         check_history_length(request)
@@ -237,7 +267,9 @@ class A2AApi:
 
     # ---- push notification configs ----------------------------------------------
 
-    async def _check_push_config(self, config: pb.TaskPushNotificationConfig, prefix: str, need_task: bool) -> None:
+    async def _check_push_config(
+        self, config: pb.TaskPushNotificationConfig, prefix: str, need_task: bool
+    ) -> None:
         def name(field: str) -> str:
             return f"{prefix}.{field}" if prefix else field
 
@@ -249,7 +281,9 @@ class A2AApi:
         if config.HasField("authentication"):
             auth = config.authentication
             if auth.scheme and not _HTTP_TOKEN.fullmatch(auth.scheme):
-                raise invalid_field(name("authentication.scheme"), "must be an HTTP auth scheme name like Bearer")
+                raise invalid_field(
+                    name("authentication.scheme"), "must be an HTTP auth scheme name like Bearer"
+                )
             _check_header_value(auth.credentials, name("authentication.credentials"))
         if self.push is not None:
             try:
@@ -257,8 +291,9 @@ class A2AApi:
             except ValueError as exc:
                 raise invalid_field(name("url"), str(exc)) from None
 
-    async def _store_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig,
-                                 after_seq: int | None) -> None:
+    async def _store_push_config(
+        self, scope: Scope, config: pb.TaskPushNotificationConfig, after_seq: int | None
+    ) -> None:
         if self.push is not None:
             await self.push.store_config(scope, config, after_seq)
         else:
@@ -314,14 +349,18 @@ class A2AApi:
         self._check_push()  # before any other check, as on every push operation
         page_size = request.page_size or PUSH_PAGE_DEFAULT
         if not 1 <= page_size <= PUSH_PAGE_MAX:
-            raise invalid_field("pageSize", f"must be between 1 and {PUSH_PAGE_MAX} (got {page_size})")
+            raise invalid_field(
+                "pageSize", f"must be between 1 and {PUSH_PAGE_MAX} (got {page_size})"
+            )
         if request.page_token:
             check_id(request.page_token, "pageToken")
         scope = await self._push_scope(request, call, config_id=False)
         configs, last = await self.engine.store.list_push_configs(
             scope, request.task_id, page_size, request.page_token or None
         )
-        return pb.ListTaskPushNotificationConfigsResponse(configs=configs, next_page_token=last or "")
+        return pb.ListTaskPushNotificationConfigsResponse(
+            configs=configs, next_page_token=last or ""
+        )
 
     async def DeleteTaskPushNotificationConfig(
         self, request: pb.DeleteTaskPushNotificationConfigRequest, call: CallContext

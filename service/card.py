@@ -61,16 +61,24 @@ class CardBuilder:
         card.capabilities.extended_agent_card = extended_card
         for ext in extensions or []:
             card.capabilities.extensions.append(json_format.ParseDict(ext, pb.AgentExtension()))
-        card.default_input_modes.extend(input_modes or getattr(agent, "input_modes", None) or ["text/plain"])
-        card.default_output_modes.extend(output_modes or getattr(agent, "output_modes", None) or ["text/plain"])
+        card.default_input_modes.extend(
+            input_modes or getattr(agent, "input_modes", None) or ["text/plain"]
+        )
+        card.default_output_modes.extend(
+            output_modes or getattr(agent, "output_modes", None) or ["text/plain"]
+        )
         for skill in skills if skills is not None else getattr(agent, "skills", []) or []:
             card.skills.append(skill_from(skill))
-        for scheme_name, scheme in (security_schemes or {}).items():  # service.auth: the enabled schemes
+        for scheme_name, scheme in (
+            security_schemes or {}
+        ).items():  # service.auth: the enabled schemes
             card.security_schemes[scheme_name].CopyFrom(scheme)
         card.security_requirements.extend(security_requirements or [])
         self._base = card
         self._extended_enabled = extended_card
-        self._extended_skills = [skill_from(s) for s in extended_skills] if extended_skills else None
+        self._extended_skills = (
+            [skill_from(s) for s in extended_skills] if extended_skills else None
+        )
 
     def public_card(self) -> pb.AgentCard:
         card = pb.AgentCard()
@@ -93,4 +101,6 @@ class CardBuilder:
 
 
 def interface(url: str, binding: str, tenant: str = "") -> pb.AgentInterface:
-    return pb.AgentInterface(url=url, protocol_binding=binding, tenant=tenant, protocol_version=PROTOCOL_VERSION)
+    return pb.AgentInterface(
+        url=url, protocol_binding=binding, tenant=tenant, protocol_version=PROTOCOL_VERSION
+    )

@@ -68,23 +68,44 @@ class FetchError(Exception):
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    card = sub.add_parser("card", help="agent card tools (verify signatures)",
-                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    card = sub.add_parser(
+        "card",
+        help="agent card tools (verify signatures)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     card_sub = card.add_subparsers(dest="card_command", required=True)
-    verify = card_sub.add_parser("verify", help="fetch a card and verify its signatures",
-                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    verify.add_argument("url", help="card URL, agent base URL, or a local card JSON file (a regular file)")
-    verify.add_argument("--jwks", metavar="URL_OR_FILE",
-                        help="JWK Set you trust with the public keys (pins them: the card's jku and the "
-                             "agent's own JWKS are then not used)")
-    verify.add_argument("--allow-foreign-jku", action="store_true",
-                        help="follow a jku of another origin than the card URL (or of a card read from a "
-                             "file); still https:// only (http:// on loopback), and integrity only")
-    verify.add_argument("--secret-env", metavar="NAME", help="environment variable holding the HS256 secret")
+    verify = card_sub.add_parser(
+        "verify",
+        help="fetch a card and verify its signatures",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verify.add_argument(
+        "url", help="card URL, agent base URL, or a local card JSON file (a regular file)"
+    )
+    verify.add_argument(
+        "--jwks",
+        metavar="URL_OR_FILE",
+        help="JWK Set you trust with the public keys (pins them: the card's jku and the "
+        "agent's own JWKS are then not used)",
+    )
+    verify.add_argument(
+        "--allow-foreign-jku",
+        action="store_true",
+        help="follow a jku of another origin than the card URL (or of a card read from a "
+        "file); still https:// only (http:// on loopback), and integrity only",
+    )
+    verify.add_argument(
+        "--secret-env", metavar="NAME", help="environment variable holding the HS256 secret"
+    )
     verify.add_argument("--secret-file", metavar="FILE", help="file holding the HS256 secret")
-    verify.add_argument("--algorithms", default=",".join(ASYMMETRIC_ALGS),
-                        help="comma-separated allowlist (default: %(default)s; HS256 is added "
-                             "when a secret is given)")
+    verify.add_argument(
+        "--algorithms",
+        default=",".join(ASYMMETRIC_ALGS),
+        help="comma-separated allowlist (default: %(default)s; HS256 is added "
+        "when a secret is given)",
+    )
 
 
 def _is_http(source: str) -> bool:
@@ -107,7 +128,11 @@ def _origin(url: str) -> tuple[str, str, int] | None:
         if scheme not in ("http", "https") or not parts.hostname:
             return None
         host = parts.hostname.lower()
-        return scheme, "loopback" if _is_loopback(host) else host, parts.port or (443 if scheme == "https" else 80)
+        return (
+            scheme,
+            "loopback" if _is_loopback(host) else host,
+            parts.port or (443 if scheme == "https" else 80),
+        )
     except ValueError:  # a bad port
         return None
 
@@ -129,7 +154,9 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if _origin(newurl) is None or _origin(newurl) != _origin(req.full_url):
             fp.close()
-            raise FetchError(f"{req.full_url}: redirected to {newurl}, another origin (not followed)")
+            raise FetchError(
+                f"{req.full_url}: redirected to {newurl}, another origin (not followed)"
+            )
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -188,7 +215,12 @@ def read_document(source: str) -> bytes:
         raise FetchError(f"{source}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         # DNS failure, refused connection, timeout, a bad URL, a broken response
-        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        reason = (
+            getattr(exc, "reason", None)
+            or getattr(exc, "strerror", None)
+            or str(exc)
+            or type(exc).__name__
+        )
         raise FetchError(f"{source}: cannot read it ({reason})") from None
     if len(data) > MAX_DOCUMENT_BYTES:
         raise FetchError(f"{source}: larger than {MAX_DOCUMENT_BYTES} bytes")
@@ -207,8 +239,14 @@ def fetch_json(source: str) -> Any:
 class KeyFinder:
     """Picks the key for a signature's protected header; remembers where keys came from."""
 
-    def __init__(self, card_url: str, jwks_source: str | None, secret: bytes | None,
-                 *, allow_foreign_jku: bool = False) -> None:
+    def __init__(
+        self,
+        card_url: str,
+        jwks_source: str | None,
+        secret: bytes | None,
+        *,
+        allow_foreign_jku: bool = False,
+    ) -> None:
         self.card_url = card_url
         self.jwks_source = jwks_source
         self.secret = secret
@@ -228,17 +266,23 @@ class KeyFinder:
         """SigningError unless the policy in the module docstring allows fetching this jku."""
         origin = _origin(jku)
         if origin is None or not (origin[0] == "https" or origin[1] == "loopback"):
-            raise SigningError(f"jku {jku!r} refused: only https:// (or http:// on a loopback host) "
-                               f"is fetched; pass --jwks with keys you trust")
+            raise SigningError(
+                f"jku {jku!r} refused: only https:// (or http:// on a loopback host) "
+                f"is fetched; pass --jwks with keys you trust"
+            )
         if self.allow_foreign_jku:
             return
         card_origin = _origin(self.card_url)
         if card_origin is None:
-            raise SigningError(f"jku {jku!r} refused: the card was read from a file, so no origin vouches "
-                               f"for it; pass --jwks with keys you trust (or --allow-foreign-jku)")
+            raise SigningError(
+                f"jku {jku!r} refused: the card was read from a file, so no origin vouches "
+                f"for it; pass --jwks with keys you trust (or --allow-foreign-jku)"
+            )
         if origin != card_origin:
-            raise SigningError(f"jku {jku!r} refused: not the card URL's origin (scheme, host and port "
-                               f"of {self.card_url}); pass --jwks with keys you trust (or --allow-foreign-jku)")
+            raise SigningError(
+                f"jku {jku!r} refused: not the card URL's origin (scheme, host and port "
+                f"of {self.card_url}); pass --jwks with keys you trust (or --allow-foreign-jku)"
+            )
 
     def _keys(self, source: str) -> list[SigningKey]:
         if source not in self._sets:
@@ -332,13 +376,21 @@ def main(args: argparse.Namespace) -> int:
         if finder.unreadable:  # no signature verified and keys could not be read: exit 2
             print(f"error: {finder.unreadable[0]}", file=sys.stderr)
             return 2
-        hint = f" (HS256: {SECRET_HINT})" if secret is None and _has_hs256(card) and SECRET_HINT not in str(exc) else ""
+        hint = (
+            f" (HS256: {SECRET_HINT})"
+            if secret is None and _has_hs256(card) and SECRET_HINT not in str(exc)
+            else ""
+        )
         print(f"NOT VERIFIED: {url}: {exc}{hint}", file=sys.stderr)
         return 1
     kind, source = finder.sources[-1] if finder.sources else ("?", "?")
-    trust = {"jku": f" (integrity only: the key came from the card's own jku, {NOT_PINNED})",
-             "well-known": f" (integrity only: the key came from the agent's own JWKS, {NOT_PINNED})"}
+    trust = {
+        "jku": f" (integrity only: the key came from the card's own jku, {NOT_PINNED})",
+        "well-known": f" (integrity only: the key came from the agent's own JWKS, {NOT_PINNED})",
+    }
     pinned = " (pinned with --jwks)" if kind == "pinned" else ""
-    print(f"verified{trust.get(kind, '')}: {url}: signature by kid {verified.kid!r} ({verified.alg}), "
-          f"key from {source}{pinned}")
+    print(
+        f"verified{trust.get(kind, '')}: {url}: signature by kid {verified.kid!r} ({verified.alg}), "
+        f"key from {source}{pinned}"
+    )
     return 0

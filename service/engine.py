@@ -38,16 +38,16 @@ log = logging.getLogger("service.engine")
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
-RESTART_MESSAGE = (
-    "The server stopped while this task was running; the turn was lost. Send a new message to retry."
-)
+RESTART_MESSAGE = "The server stopped while this task was running; the turn was lost. Send a new message to retry."
 SHUTDOWN_MESSAGE = (
     "The server shut down while this task was running; the turn was stopped. "
     "Send a new message to retry."
 )
 
 
-def shape_task(task: pb.Task, history_length: int | None, include_artifacts: bool = True) -> pb.Task:
+def shape_task(
+    task: pb.Task, history_length: int | None, include_artifacts: bool = True
+) -> pb.Task:
     """The task as a client asked to see it (a copy only when something is cut)."""
     if (history_length is None or len(task.history) <= history_length) and (
         include_artifacts or not task.artifacts
@@ -96,7 +96,10 @@ def _status_after(request: pb.ListTasksRequest) -> int | None:
     if not request.HasField("status_timestamp_after"):
         return None
     micros = timestamp_micros(request.status_timestamp_after)
-    if not INT64_MIN <= micros <= INT64_MAX or not 0 <= request.status_timestamp_after.nanos < 10**9:
+    if (
+        not INT64_MIN <= micros <= INT64_MAX
+        or not 0 <= request.status_timestamp_after.nanos < 10**9
+    ):
         raise invalid_field("statusTimestampAfter", "is not a valid timestamp")
     return micros
 
@@ -140,10 +143,18 @@ class Engine:
 
     # ---- runs ----------------------------------------------------------------
 
-    def _new_run(self, scope: Scope, task_id: str, context_id: str, task: pb.Task | None) -> TaskRun:
+    def _new_run(
+        self, scope: Scope, task_id: str, context_id: str, task: pb.Task | None
+    ) -> TaskRun:
         run = TaskRun(
-            store=self.store, bus=self.bus, scope=scope, task_id=task_id,
-            context_id=context_id, task=task, on_idle=self._forget, on_commit=self.on_commit,
+            store=self.store,
+            bus=self.bus,
+            scope=scope,
+            task_id=task_id,
+            context_id=context_id,
+            task=task,
+            on_idle=self._forget,
+            on_commit=self.on_commit,
             pace=self.event_pace,
         )
         self._runs[(scope, task_id)] = run
@@ -195,8 +206,13 @@ class Engine:
     # ---- SendMessage / SendStreamingMessage ----------------------------------
 
     async def send(
-        self, scope: Scope, message: pb.Message, caller: Caller, *,
-        return_immediately: bool = False, stream: bool = False,
+        self,
+        scope: Scope,
+        message: pb.Message,
+        caller: Caller,
+        *,
+        return_immediately: bool = False,
+        stream: bool = False,
         before_start: Callable[[str], Awaitable[None]] | None = None,
     ) -> Turn:
         """Start a new task's turn or resume an interrupted task. The agent is already running
@@ -219,12 +235,15 @@ class Engine:
             turn.events = EventStream(self._follow(run, self.bus.subscribe(run.key), None, 0, None))
         if return_immediately:
             run.materialize()
-        ctx = TurnContext(run, message=message, task_id=task_id, context_id=context_id,
-                          task=None, caller=caller)
+        ctx = TurnContext(
+            run, message=message, task_id=task_id, context_id=context_id, task=None, caller=caller
+        )
         self._start_agent(run, ctx)
         return turn
 
-    async def _follow_up(self, scope: Scope, message: pb.Message, caller: Caller, stream: bool) -> Turn:
+    async def _follow_up(
+        self, scope: Scope, message: pb.Message, caller: Caller, stream: bool
+    ) -> Turn:
         while True:
             run = await self._claim(scope, message.task_id)
             assert run.task is not None
@@ -263,8 +282,14 @@ class Engine:
         if paused:
             run.input_waiter.set_result(message)  # the paused agent coroutine continues
         else:
-            ctx = TurnContext(run, message=message, task_id=run.task_id, context_id=run.context_id,
-                              task=previous, caller=caller)
+            ctx = TurnContext(
+                run,
+                message=message,
+                task_id=run.task_id,
+                context_id=run.context_id,
+                task=previous,
+                caller=caller,
+            )
             self._start_agent(run, ctx)
         return turn
 
@@ -332,7 +357,8 @@ class Engine:
             latest = run.seq if run is not None else await self.store.last_seq(scope, task_id)
             if after_seq > latest:
                 raise invalid_field(
-                    "Last-Event-ID", f"is past the task's latest event ({latest}); resume from an id you received"
+                    "Last-Event-ID",
+                    f"is past the task's latest event ({latest}); resume from an id you received",
                 )
         if run is None:
             return EventStream(self._stored_only(scope, task, after_seq))
@@ -343,7 +369,9 @@ class Engine:
     ) -> AsyncIterator[StoredEvent]:
         """A task nobody is running here: its snapshot (or missed events), then the end."""
         if after_seq is None:
-            yield StoredEvent(await self.store.last_seq(scope, task.id), pb.StreamResponse(task=task))
+            yield StoredEvent(
+                await self.store.last_seq(scope, task.id), pb.StreamResponse(task=task)
+            )
             return
         for stored in await self.store.events_after(scope, task.id, after_seq):
             yield stored
@@ -410,13 +438,17 @@ class Engine:
     async def list(self, scope: Scope, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
         page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
         if not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise invalid_field("pageSize", f"must be between 1 and {MAX_PAGE_SIZE} (got {page_size})")
+            raise invalid_field(
+                "pageSize", f"must be between 1 and {MAX_PAGE_SIZE} (got {page_size})"
+            )
         query = TaskQuery(
             context_id=request.context_id,
             state=request.status,
             status_after_us=_status_after(request),
             page_size=page_size,
-            cursor=decode_cursor(self.store.page_token_key, scope, request.page_token) if request.page_token else None,
+            cursor=decode_cursor(self.store.page_token_key, scope, request.page_token)
+            if request.page_token
+            else None,
         )
         page = await self.store.list(scope, query)
         history = request.history_length if request.HasField("history_length") else None
@@ -424,7 +456,9 @@ class Engine:
         response = pb.ListTasksResponse(
             page_size=page_size,
             total_size=page.total_size,
-            next_page_token=encode_cursor(self.store.page_token_key, scope, page.next_cursor) if page.next_cursor else "",
+            next_page_token=encode_cursor(self.store.page_token_key, scope, page.next_cursor)
+            if page.next_cursor
+            else "",
         )
         for task in page.tasks:  # committed snapshots: they are what the filters and order saw
             response.tasks.append(shape_task(task, history, include))

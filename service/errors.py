@@ -191,7 +191,8 @@ class InternalError(A2AError):
 
 
 ALL_ERRORS: tuple[type[A2AError], ...] = tuple(
-    cls for cls in list(globals().values())  # every class above
+    cls
+    for cls in list(globals().values())  # every class above
     if isinstance(cls, type) and issubclass(cls, A2AError) and cls is not A2AError
 )
 BY_REASON: dict[str, type[A2AError]] = {cls.reason: cls for cls in ALL_ERRORS}

@@ -40,11 +40,14 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-async def _refuse(request: Undecodable, context: grpc.aio.ServicerContext,
-                  authenticate: Authenticator | None) -> None:
+async def _refuse(
+    request: Undecodable, context: grpc.aio.ServicerContext, authenticate: Authenticator | None
+) -> None:
     try:
         await call_context(context, authenticate)  # UnauthenticatedError first, as for any call
-        err = InvalidRequestError(f"The request is not a valid {request.type_name} protobuf message.")
+        err = InvalidRequestError(
+            f"The request is not a valid {request.type_name} protobuf message."
+        )
     except Exception as exc:
         err = as_a2a_error(exc, "gRPC request parsing")
     await context.abort_with_status(error_status(err))
@@ -72,8 +75,12 @@ def _streaming(behavior, authenticate: Authenticator | None):
     return handle
 
 
-def add_servicer(servicer: Any, server: grpc.aio.Server, authenticate: Authenticator | None = None,
-                 service: ServiceDescriptor = SERVICE) -> None:
+def add_servicer(
+    servicer: Any,
+    server: grpc.aio.Server,
+    authenticate: Authenticator | None = None,
+    service: ServiceDescriptor = SERVICE,
+) -> None:
     """`add_<Service>Servicer_to_server` (the A2A service by default; also the public health
     service, without `authenticate`), with tolerant request parsing."""
     handlers = {}
@@ -83,12 +90,18 @@ def add_servicer(servicer: Any, server: grpc.aio.Server, authenticate: Authentic
         behavior = getattr(servicer, method.name)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _streaming(behavior, authenticate), request_deserializer=_parser(request_cls),
-                response_serializer=response_cls.SerializeToString)
+                _streaming(behavior, authenticate),
+                request_deserializer=_parser(request_cls),
+                response_serializer=response_cls.SerializeToString,
+            )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(behavior, authenticate), request_deserializer=_parser(request_cls),
-                response_serializer=response_cls.SerializeToString)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+                _unary(behavior, authenticate),
+                request_deserializer=_parser(request_cls),
+                response_serializer=response_cls.SerializeToString,
+            )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
     if hasattr(server, "add_registered_method_handlers"):
         server.add_registered_method_handlers(service.full_name, handlers)

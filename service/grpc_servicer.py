@@ -36,7 +36,9 @@ def error_status(err: A2AError) -> grpc.Status:
         packed.Pack(detail)
         details.append(packed)
     code = grpc.StatusCode[err.grpc_status]
-    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=err.message, details=details))
+    return rpc_status.to_status(
+        status_pb2.Status(code=code.value[0], message=err.message, details=details)
+    )
 
 
 def status_details(
@@ -58,7 +60,9 @@ def status_details(
     return info, violations
 
 
-async def call_context(context: grpc.aio.ServicerContext, authenticate: Authenticator | None) -> CallContext:
+async def call_context(
+    context: grpc.aio.ServicerContext, authenticate: Authenticator | None
+) -> CallContext:
     metadata = call_metadata(context.invocation_metadata() or ())  # notes repeated credentials
     principal = await authenticate(metadata) if authenticate is not None else ""
     return CallContext(metadata=metadata, principal=principal)
@@ -76,10 +80,13 @@ class CallLimit:
         self.active = 0
 
     def refusal(self) -> grpc.Status:
-        return error_status(OverloadedError(
-            f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
-            metadata={"limit": str(self.limit)}, retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
-        ))
+        return error_status(
+            OverloadedError(
+                f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
+                metadata={"limit": str(self.limit)},
+                retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
+            )
+        )
 
 
 RETRY_AFTER_OVERLOAD_SECONDS = 1.0
@@ -123,8 +130,9 @@ def _streaming(name: str, api: A2AApi, authenticate: Authenticator | None, calls
     return method
 
 
-def make_servicer(api: A2AApi, authenticate: Authenticator | None = None,
-                  calls: CallLimit | None = None) -> a2a_pb2_grpc.A2AServiceServicer:
+def make_servicer(
+    api: A2AApi, authenticate: Authenticator | None = None, calls: CallLimit | None = None
+) -> a2a_pb2_grpc.A2AServiceServicer:
     """A servicer instance whose methods are generated from the service descriptor."""
     limit = calls or CallLimit()
     methods = {

@@ -21,5 +21,4 @@ def uuid7() -> str:
     millis = f"{time.time_ns() // 1_000_000 & 0xFFFFFFFFFFFF:012x}"
     rand = os.urandom(10)
     tail = rand[1:].hex()  # 72 random bits: rand_a (12) and the rest of rand_b (60)
-    return (f"{millis[:8]}-{millis[8:]}-7{tail[:3]}-{_VARIANT[rand[0] & 3]}{tail[3:6]}"
-            f"-{tail[6:18]}")
+    return f"{millis[:8]}-{millis[8:]}-7{tail[:3]}-{_VARIANT[rand[0] & 3]}{tail[3:6]}-{tail[6:18]}"

@@ -51,12 +51,24 @@ MAX_URL_CHARS = 8192
 
 _TOKEN = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
 _MEDIA_TYPE = re.compile(rf"({_TOKEN})/({_TOKEN})(\s*;.*)?", re.DOTALL)
-TEXT_LIKE = frozenset({
-    "application/json", "application/x-ndjson", "application/yaml", "application/x-yaml",
-    "application/toml", "application/xml", "application/javascript", "application/ecmascript",
-    "application/x-sh", "application/sql", "application/graphql", "application/x-www-form-urlencoded",
-    "application/csv", "application/x-python",
-})
+TEXT_LIKE = frozenset(
+    {
+        "application/json",
+        "application/x-ndjson",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/xml",
+        "application/javascript",
+        "application/ecmascript",
+        "application/x-sh",
+        "application/sql",
+        "application/graphql",
+        "application/x-www-form-urlencoded",
+        "application/csv",
+        "application/x-python",
+    }
+)
 TEXT_SUFFIXES = ("+json", "+xml", "+yaml")
 IMPLIED = {"text": "text/plain", "data": "application/json", "raw": "application/octet-stream"}
 
@@ -109,7 +121,11 @@ class InputModes:
         self.families = frozenset(families)
 
     def accepts(self, media_type: str) -> bool:
-        return self.anything or media_type in self.exact or media_type.split("/", 1)[0] in self.families
+        return (
+            self.anything
+            or media_type in self.exact
+            or media_type.split("/", 1)[0] in self.families
+        )
 
     @classmethod
     def of_card(cls, card: pb.AgentCard) -> InputModes:
@@ -140,15 +156,24 @@ class InputPolicy:
         self.plain_text_accepted = modes.accepts(IMPLIED["text"])
 
     def is_text_like(self, media_type: str) -> bool:
-        return (media_type.startswith("text/") or media_type in TEXT_LIKE
-                or media_type in self.limits.text_media_types or media_type.endswith(TEXT_SUFFIXES))
+        return (
+            media_type.startswith("text/")
+            or media_type in TEXT_LIKE
+            or media_type in self.limits.text_media_types
+            or media_type.endswith(TEXT_SUFFIXES)
+        )
 
     async def check(self, scope: Scope, message: pb.Message, prefix: str = "message") -> Admitted:
         """Refuse what may not enter; on success the message carries its resolved workspace."""
         limits = self.limits
         if len(message.parts) > limits.max_parts:
-            raise invalid_field(f"{prefix}.parts", f"has {len(message.parts)} parts; at most {limits.max_parts} are accepted")
-        files: list[tuple[int, str, str]] = []  # (index, path, media type) checked after the workspace
+            raise invalid_field(
+                f"{prefix}.parts",
+                f"has {len(message.parts)} parts; at most {limits.max_parts} are accepted",
+            )
+        files: list[
+            tuple[int, str, str]
+        ] = []  # (index, path, media type) checked after the workspace
         for i, part in enumerate(message.parts):
             kind = part.WhichOneof("content")
             if kind == "text" and not part.media_type and self.plain_text_accepted:
@@ -170,10 +195,15 @@ class InputPolicy:
                 self._check_raw(part.raw, media, f"{where}.raw")
             elif kind == "data":
                 size = part.data.ByteSize()
-                limit = limits.max_text_bytes if self.is_text_like(media) else limits.max_binary_bytes
+                limit = (
+                    limits.max_text_bytes if self.is_text_like(media) else limits.max_binary_bytes
+                )
                 if size > limit:
-                    raise invalid_field(f"{where}.data", f"is about {_size(size)}; inline data parts of "
-                                        f"type {media} may be at most {_size(limit)}")
+                    raise invalid_field(
+                        f"{where}.data",
+                        f"is about {_size(size)}; inline data parts of "
+                        f"type {media} may be at most {_size(limit)}",
+                    )
             elif path is not None:
                 files.append((i, path, media))
         context_id, cwd = await self.workspaces.resolve(scope, message)
@@ -182,8 +212,12 @@ class InputPolicy:
             _, size = self.workspaces.check_file(path, cwd, where)
             limit = limits.max_text_bytes if self.is_text_like(media) else limits.max_file_bytes
             if size > limit:  # said like every other refusal: sizes tell what exists
-                raise refusal(where, FILE_REFUSED, f"a file of {_size(size)}; files of type {media} "
-                              f"may be at most {_size(limit)}", path)
+                raise refusal(
+                    where,
+                    FILE_REFUSED,
+                    f"a file of {_size(size)}; files of type {media} may be at most {_size(limit)}",
+                    path,
+                )
         if cwd is not None:
             set_message_cwd(message, cwd)
         return Admitted(self, scope, context_id, cwd)
@@ -191,26 +225,37 @@ class InputPolicy:
     def _check_text(self, text: str, where: str) -> None:
         limit = self.limits.max_text_bytes
         # A str of n characters is n..4n bytes of UTF-8: encode only when it matters.
-        if len(text) > limit or (len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit):
+        if len(text) > limit or (
+            len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit
+        ):
             size = len(text.encode("utf-8", "surrogatepass"))
-            raise invalid_field(where, f"is {_size(size)}; inline text may be at most {_size(limit)}")
+            raise invalid_field(
+                where, f"is {_size(size)}; inline text may be at most {_size(limit)}"
+            )
 
     def _check_raw(self, raw: bytes, media: str, where: str) -> None:
         text_like = self.is_text_like(media)
         limit = self.limits.max_text_bytes if text_like else self.limits.max_binary_bytes
         if len(raw) > limit:
-            raise invalid_field(where, f"is {_size(len(raw))}; inline raw parts of type {media} "
-                                f"may be at most {_size(limit)}")
+            raise invalid_field(
+                where,
+                f"is {_size(len(raw))}; inline raw parts of type {media} "
+                f"may be at most {_size(limit)}",
+            )
         if text_like:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise invalid_field(where, f"is not valid UTF-8, as type {media} requires") from None
+                raise invalid_field(
+                    where, f"is not valid UTF-8, as type {media} requires"
+                ) from None
 
     def _check_url(self, url: str, where: str) -> str | None:
         """The local path of a file:// URL (checked later), None for an allowed remote URL."""
         if len(url) > MAX_URL_CHARS or any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
-            raise invalid_field(where, f"must be a URL of at most {MAX_URL_CHARS} printable characters")
+            raise invalid_field(
+                where, f"must be a URL of at most {MAX_URL_CHARS} printable characters"
+            )
         try:
             parts = urllib.parse.urlsplit(url)
         except ValueError:
@@ -227,12 +272,19 @@ class InputPolicy:
                 raise invalid_field(where, "is not a valid URL (bad percent-encoding)") from None
         if scheme in ("http", "https"):
             if not self.limits.allow_remote_urls:
-                raise invalid_field(where, "remote URLs are not accepted by this agent; send the "
-                                    "content inline or as a file:// URL inside the workspace")
+                raise invalid_field(
+                    where,
+                    "remote URLs are not accepted by this agent; send the "
+                    "content inline or as a file:// URL inside the workspace",
+                )
             if not parts.hostname:
                 raise invalid_field(where, "has no host")
             return None
-        raise invalid_field(where, "must be a file:// URL" + (" or an http(s) URL" if self.limits.allow_remote_urls else ""))
+        raise invalid_field(
+            where,
+            "must be a file:// URL"
+            + (" or an http(s) URL" if self.limits.allow_remote_urls else ""),
+        )
 
     def _guess(self, part: pb.Part) -> str:
         """A url part's media type from its file name or URL path (octet-stream if unknown)."""
@@ -250,7 +302,9 @@ class InputPolicy:
         return ContentTypeNotSupportedError(
             f"{where}: media type {media} is not accepted by this agent; accepted: {accepted}",
             metadata={"mediaType": media, "accepted": accepted},
-            field_violations=[(f"{where}.mediaType", f"{media} is not one of the accepted input modes")],
+            field_violations=[
+                (f"{where}.mediaType", f"{media} is not one of the accepted input modes")
+            ],
         )
 
 
@@ -270,7 +324,9 @@ def policy_from_settings(s: Any, card: pb.AgentCard, engine: Any = None) -> Inpu
         max_text_bytes=s.input_max_text_bytes,
         max_binary_bytes=s.input_max_binary_bytes,
         max_file_bytes=s.input_max_file_bytes,
-        text_media_types=frozenset(media_type_of(t, "input_text_media_types") for t in s.input_text_media_types),
+        text_media_types=frozenset(
+            media_type_of(t, "input_text_media_types") for t in s.input_text_media_types
+        ),
         allow_remote_urls=s.input_allow_remote_urls,
     )
     lookup = StoreContextLookup(engine) if engine is not None else None
@@ -298,15 +354,24 @@ def validate_inputs(s: Any) -> None:
     from service.config import ConfigError  # imports this module's users
 
     if not 64 * 1024 <= s.max_request_bytes <= 2**31 - 1:
-        raise ConfigError(f"max_request_bytes: must be between 65536 and {2**31 - 1} (got {s.max_request_bytes})")
-    for key in ("input_max_parts", "input_max_text_bytes", "input_max_binary_bytes", "input_max_file_bytes"):
+        raise ConfigError(
+            f"max_request_bytes: must be between 65536 and {2**31 - 1} (got {s.max_request_bytes})"
+        )
+    for key in (
+        "input_max_parts",
+        "input_max_text_bytes",
+        "input_max_binary_bytes",
+        "input_max_file_bytes",
+    ):
         if getattr(s, key) < 1:
             raise ConfigError(f"{key}: must be at least 1 (got {getattr(s, key)})")
     for value in s.input_text_media_types:
         try:
             media_type_of(value, "input_text_media_types")
         except Exception:
-            raise ConfigError(f"input_text_media_types: {value!r} is not a media type like text/x-log") from None
+            raise ConfigError(
+                f"input_text_media_types: {value!r} is not a media type like text/x-log"
+            ) from None
     for root in s.workspace_roots:
         if not os.path.isdir(root):
             raise ConfigError(f"workspace_roots: {root!r} is not an existing directory")

@@ -47,8 +47,9 @@ def _first_line(record: logging.LogRecord) -> str:
 
 
 class FloodFilter(logging.Filter):
-    def __init__(self, window: float = 60.0, burst: int = 1,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, window: float = 60.0, burst: int = 1, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__()
         self.window = window
         self.burst = burst
@@ -93,8 +94,11 @@ class FloodFilter(logging.Filter):
         """Log the summaries due (windows that ended; with `everything`, all pending ones)."""
         now = self.clock()
         with self._lock:
-            due = [k for k in self._kinds.values()
-                   if k.suppressed and (everything or now - k.start >= self.window)]
+            due = [
+                k
+                for k in self._kinds.values()
+                if k.suppressed and (everything or now - k.start >= self.window)
+            ]
             summaries = [(k.name, k.level, k.suppressed, k.text) for k in due]
             for k in due:
                 k.suppressed = 0
@@ -103,8 +107,14 @@ class FloodFilter(logging.Filter):
 
 def _summarise(summaries: list[tuple[str, int, int, str]], window: float) -> None:
     for name, level, count, first in summaries:
-        logging.getLogger(name).log(level, "%d more like this in the last %d s: %s", count,
-                                    round(window), first, extra={SUMMARY: True})
+        logging.getLogger(name).log(
+            level,
+            "%d more like this in the last %d s: %s",
+            count,
+            round(window),
+            first,
+            extra={SUMMARY: True},
+        )
 
 
 def _one_line(record: logging.LogRecord, exc: BaseException) -> None:

@@ -68,10 +68,15 @@ def connection_cap(s: Any) -> int:
             seen = (soft, s.fd_reserve, cap)
             if seen not in _reported:
                 _reported.add(seen)
-                log.warning("max_connections lowered from %d to %d per listener: RLIMIT_NOFILE is %d "
-                            "and %d descriptors are kept in reserve (fd_reserve); raise the limit "
-                            "(ulimit -n, LimitNOFILE=) to allow more", s.max_connections, cap, soft,
-                            s.fd_reserve)
+                log.warning(
+                    "max_connections lowered from %d to %d per listener: RLIMIT_NOFILE is %d "
+                    "and %d descriptors are kept in reserve (fd_reserve); raise the limit "
+                    "(ulimit -n, LimitNOFILE=) to allow more",
+                    s.max_connections,
+                    cap,
+                    soft,
+                    s.fd_reserve,
+                )
     return cap
 
 
@@ -93,7 +98,9 @@ def grpc_server_options(s: Any) -> list[tuple[str, int]]:
         options.append(("grpc.max_connection_idle_ms", _ms(s.grpc_max_connection_idle_seconds)))
     if s.grpc_max_connection_age_seconds > 0:
         options.append(("grpc.max_connection_age_ms", _ms(s.grpc_max_connection_age_seconds)))
-        options.append(("grpc.max_connection_age_grace_ms", _ms(s.grpc_max_connection_age_grace_seconds)))
+        options.append(
+            ("grpc.max_connection_age_grace_ms", _ms(s.grpc_max_connection_age_grace_seconds))
+        )
     return options
 
 
@@ -122,12 +129,21 @@ def validate_netlimits(s: Any) -> None:
         raise ConfigError(f"max_connections: must be at least 1 (got {s.max_connections})")
     if s.fd_reserve < MIN_FD_RESERVE:
         raise ConfigError(f"fd_reserve: must be at least {MIN_FD_RESERVE} (got {s.fd_reserve})")
-    for key in ("http_header_timeout_seconds", "http_body_timeout_seconds",
-                "http_keepalive_timeout_seconds", "grpc_handshake_timeout_seconds",
-                "grpc_keepalive_seconds", "grpc_keepalive_timeout_seconds",
-                "grpc_max_connection_age_grace_seconds"):
+    for key in (
+        "http_header_timeout_seconds",
+        "http_body_timeout_seconds",
+        "http_keepalive_timeout_seconds",
+        "grpc_handshake_timeout_seconds",
+        "grpc_keepalive_seconds",
+        "grpc_keepalive_timeout_seconds",
+        "grpc_max_connection_age_grace_seconds",
+    ):
         if not 0 < getattr(s, key) <= 86400:
-            raise ConfigError(f"{key}: must be more than 0 and at most 86400 seconds (got {getattr(s, key)})")
+            raise ConfigError(
+                f"{key}: must be more than 0 and at most 86400 seconds (got {getattr(s, key)})"
+            )
     for key in ("grpc_max_connection_idle_seconds", "grpc_max_connection_age_seconds"):
         if not 0 <= getattr(s, key) <= 30 * 86400:
-            raise ConfigError(f"{key}: must be between 0 (no limit) and 2592000 seconds (got {getattr(s, key)})")
+            raise ConfigError(
+                f"{key}: must be between 0 (no limit) and 2592000 seconds (got {getattr(s, key)})"
+            )

@@ -129,7 +129,9 @@ class TaskRun:
         self.materialize()
         self._ensure_working()
         assert self.task is not None
-        existing = next((a for a in self.task.artifacts if a.artifact_id == artifact.artifact_id), None)
+        existing = next(
+            (a for a in self.task.artifacts if a.artifact_id == artifact.artifact_id), None
+        )
         if existing is not None and append:
             existing.parts.extend(artifact.parts)
         elif existing is not None:

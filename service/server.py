@@ -92,7 +92,9 @@ def _bind_reason(host: str, port: int) -> str:
     """Why gRPC could not listen on host:port ('' if a bind works): grpc itself only says
     "Failed to bind", so try the bind here."""
     try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(infos[0][4])
@@ -104,8 +106,12 @@ def _bind_reason(host: str, port: int) -> str:
 def build_agent(settings: Settings):
     if settings.agent == "command":
         workspaces = f"{settings.data_dir}/workspaces"
-        return load_agent("command", argv=settings.command, workspace_root=workspaces,
-                          kill_grace_seconds=settings.command_grace_seconds)
+        return load_agent(
+            "command",
+            argv=settings.command,
+            workspace_root=workspaces,
+            kill_grace_seconds=settings.command_grace_seconds,
+        )
     return load_agent(settings.agent)
 
 
@@ -138,7 +144,9 @@ class Service:
         raise_nofile_limit()  # descriptors for the connection caps and the reserve
         try:
             self._claim_data()  # before anything in the data directory is opened
-            self.auth = authenticator_from(s)  # ConfigError for unusable credentials, before any listener
+            self.auth = authenticator_from(
+                s
+            )  # ConfigError for unusable credentials, before any listener
             self.tls = tls_from(s)
             for warning in startup_warnings(s, self.auth, self.tls):
                 log.warning("%s", warning)
@@ -173,22 +181,38 @@ class Service:
         s = self.settings
         assert self.http is not None and self.cards is not None and self.invoker is not None
         app = build_app(
-            invoker=self.invoker, service=SERVICE, card=self.cards.public_card(),
-            is_serving=lambda: self.serving, card_max_age=s.card_max_age,
+            invoker=self.invoker,
+            service=SERVICE,
+            card=self.cards.public_card(),
+            is_serving=lambda: self.serving,
+            card_max_age=s.card_max_age,
             keepalive_seconds=s.sse_keepalive_seconds,
             max_body_bytes=s.max_request_bytes,
-            jwks=self.signer.jwks() if self.signer is not None and self.signer.keys and s.card_jwks_path else None,
+            jwks=self.signer.jwks()
+            if self.signer is not None and self.signer.keys and s.card_jwks_path
+            else None,
             jwks_path=s.card_jwks_path,
-            auth=self.auth, forward_credentials=bool(s.upstream),
+            auth=self.auth,
+            forward_credentials=bool(s.upstream),
         )
         if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
             app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response
         level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
-        await self.http.start(app, log_level=level, graceful_seconds=max(1.0, s.drain_seconds),
-                              ssl=self.tls.uvicorn_options() if self.tls is not None else None, settings=s)
+        await self.http.start(
+            app,
+            log_level=level,
+            graceful_seconds=max(1.0, s.drain_seconds),
+            ssl=self.tls.uvicorn_options() if self.tls is not None else None,
+            settings=s,
+        )
         mode = f"proxy to {s.upstream}" if s.upstream else "in-process"
-        log.info("HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s%s)",
-                 s.host, self.http_port, mode, _security_note(self.auth, self.tls))
+        log.info(
+            "HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s%s)",
+            s.host,
+            self.http_port,
+            mode,
+            _security_note(self.auth, self.tls),
+        )
 
     def _claim_data(self) -> None:
         """Lock the data directory (and a task database kept elsewhere) for this process,
@@ -197,19 +221,30 @@ class Service:
         if s.upstream:
             return  # proxy mode keeps no state
         data_dir = pathlib.Path(s.data_dir)
-        db = pathlib.Path(s.store_url[len("sqlite:"):].removeprefix("//")) if s.store_url.startswith("sqlite:") else None
+        db = (
+            pathlib.Path(s.store_url[len("sqlite:") :].removeprefix("//"))
+            if s.store_url.startswith("sqlite:")
+            else None
+        )
         db_inside = db is not None and db.parent.resolve() == data_dir.resolve()
-        uses_dir = (db_inside or s.agent == "command"
-                    or (s.push_notifications and (s.push_queue == "local-file" or not s.push_secret_keys)))
+        uses_dir = (
+            db_inside
+            or s.agent == "command"
+            or (s.push_notifications and (s.push_queue == "local-file" or not s.push_secret_keys))
+        )
         try:
             if uses_dir:
                 self.ownership.claim(data_dir / LOCK_FILE, f"data directory {data_dir.resolve()}")
             if db is not None and not db_inside:
-                self.ownership.claim(db.with_name(db.name + ".lock"), f"task database {db.resolve()}")
+                self.ownership.claim(
+                    db.with_name(db.name + ".lock"), f"task database {db.resolve()}"
+                )
         except InUseError as exc:
             raise StartupError(f"{'data_dir' if uses_dir else 'store'}: {exc}") from None
         except OSError as exc:
-            raise StartupError(f"data_dir: cannot create or lock {data_dir}: {exc.strerror or exc}") from None
+            raise StartupError(
+                f"data_dir: cannot create or lock {data_dir}: {exc.strerror or exc}"
+            ) from None
 
     async def _start_core(self, agent: object) -> None:
         """Store, engine, API and the gRPC server (with health and reflection)."""
@@ -219,17 +254,24 @@ class Service:
             try:
                 await self.store.open()
             except Exception as exc:
-                raise StartupError(f"store: cannot open {_safe_store(s.store_url)} ({exc})") from exc
+                raise StartupError(
+                    f"store: cannot open {_safe_store(s.store_url)} ({exc})"
+                ) from exc
         push_key = "push_redis_url" if s.push_queue == "redis-streams" else "push_queue"
         if s.push_notifications:
             with _setting(push_key):
                 self.push = PushNotifications.from_settings(s, self.store)
-        self.engine = Engine(self.push.store if self.push else self.store, agent,
-                             on_commit=self.push.on_commit if self.push else None,
-                             event_pace=s.store_commit_interval_ms / 1000)
+        self.engine = Engine(
+            self.push.store if self.push else self.store,
+            agent,
+            on_commit=self.push.on_commit if self.push else None,
+            event_pace=s.store_commit_interval_ms / 1000,
+        )
         lost = await self.engine.recover()
         if lost:
-            log.warning("marked %d task(s) FAILED that were running when the server last stopped", lost)
+            log.warning(
+                "marked %d task(s) FAILED that were running when the server last stopped", lost
+            )
         if self.push is not None:
             with _setting(push_key):
                 await self.push.start()  # after recover: its events are pushed too
@@ -260,24 +302,38 @@ class Service:
             raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
         self.cards = self._cards(agent)
         self.api = A2AApi(
-            self.engine, self.cards,
+            self.engine,
+            self.cards,
             push_notifications=s.push_notifications,
             required_extensions=tuple(s.required_extensions),
             push=self.push,
             inputs=policy_from_settings(s, self.cards.public_card(), self.engine),
             gate=self.gate,
         )
-        add_servicer(make_servicer(self.api, authenticate=self.auth, calls=CallLimit(s.grpc_max_concurrent_calls)),
-                     server, authenticate=self.auth)
+        add_servicer(
+            make_servicer(
+                self.api, authenticate=self.auth, calls=CallLimit(s.grpc_max_concurrent_calls)
+            ),
+            server,
+            authenticate=self.auth,
+        )
         self.health = HealthServicer()
         add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
-        _enable_reflection(server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
+        _enable_reflection(
+            server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        )
         with _setting("grpc_port"):
             await server.start()
         self.grpc_server = server
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
-        log.info("gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
-                 s.host, self.grpc_port, _safe_store(s.store_url), s.agent, _security_note(self.auth, self.tls))
+        log.info(
+            "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
+            s.host,
+            self.grpc_port,
+            _safe_store(s.store_url),
+            s.agent,
+            _security_note(self.auth, self.tls),
+        )
 
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),
@@ -293,7 +349,9 @@ class Service:
             if s.grpc_public_address:
                 interfaces.append(interface(s.grpc_public_address, "GRPC"))
         else:
-            interfaces.append(interface(s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}", "GRPC"))
+            interfaces.append(
+                interface(s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}", "GRPC")
+            )
         return interfaces
 
     def _cards(self, agent: object) -> CardBuilder:
@@ -311,15 +369,24 @@ class Service:
         if s.provider_organization:
             provider = {"organization": s.provider_organization, "url": s.provider_url}
         return CardBuilder(
-            name=s.name, description=s.description, version=s.version, agent=agent,
-            interfaces=interfaces, push_notifications=s.push_notifications, provider=provider,
-            documentation_url=s.documentation_url, skills=s.skills,
-            input_modes=s.input_modes, output_modes=s.output_modes,
+            name=s.name,
+            description=s.description,
+            version=s.version,
+            agent=agent,
+            interfaces=interfaces,
+            push_notifications=s.push_notifications,
+            provider=provider,
+            documentation_url=s.documentation_url,
+            skills=s.skills,
+            input_modes=s.input_modes,
+            output_modes=s.output_modes,
             extensions=[{"uri": u, "required": True} for u in s.required_extensions],
             extended_card=s.extended_card or s.extended_skills is not None,  # configured -> offered
             extended_skills=s.extended_skills,
             security_schemes=security.security_schemes() if security is not None else None,
-            security_requirements=security.security_requirements() if security is not None else None,
+            security_requirements=security.security_requirements()
+            if security is not None
+            else None,
         )
 
     async def _set_health(self, status: int) -> None:
@@ -347,11 +414,16 @@ class Service:
         if isinstance(self.invoker, GatedInvoker):  # proxy mode: the relayed streams
             self.invoker.end_streams(UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1))
         if self.engine is not None:
-            ended = self.engine.end_streams(UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1))
+            ended = self.engine.end_streams(
+                UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1)
+            )
             stopped = await self.engine.shutdown()
             if ended or stopped:
-                log.info("shutdown: ended %d open stream(s); %d running task(s) stopped and marked FAILED",
-                         ended, stopped)
+                log.info(
+                    "shutdown: ended %d open stream(s); %d running task(s) stopped and marked FAILED",
+                    ended,
+                    stopped,
+                )
         flushing = []
         if self.grpc_server is not None:
             flushing.append(self.grpc_server.stop(RESPONSE_FLUSH_SECONDS))

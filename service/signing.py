@@ -43,9 +43,11 @@ JWS_TYPE = "JOSE"
 HS256_MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: a key at least as long as the hash output
 DEFAULT_JWKS_PATH = "/.well-known/jwks.json"
 ASYMMETRIC_ALGS = ("ES256", "ES384", "ES512", "RS256", "EdDSA")
-_EC_ALGS = {"secp256r1": ("ES256", "P-256", hashes.SHA256, 32),
-            "secp384r1": ("ES384", "P-384", hashes.SHA384, 48),
-            "secp521r1": ("ES512", "P-521", hashes.SHA512, 66)}
+_EC_ALGS = {
+    "secp256r1": ("ES256", "P-256", hashes.SHA256, 32),
+    "secp384r1": ("ES384", "P-384", hashes.SHA384, 48),
+    "secp521r1": ("ES512", "P-521", hashes.SHA512, 66),
+}
 _JWK_CURVES = {"P-256": ec.SECP256R1, "P-384": ec.SECP384R1, "P-521": ec.SECP521R1}
 
 
@@ -131,10 +133,17 @@ def public_jwk(key: Any) -> dict[str, str]:
     if isinstance(key, ec.EllipticCurvePublicKey):
         alg_info = _EC_ALGS.get(key.curve.name)
         if alg_info is None:
-            raise SigningError(f"EC curve {key.curve.name} is not supported; use P-256, P-384 or P-521")
+            raise SigningError(
+                f"EC curve {key.curve.name} is not supported; use P-256, P-384 or P-521"
+            )
         numbers = key.public_numbers()
         size = alg_info[3]
-        return {"kty": "EC", "crv": alg_info[1], "x": _int_b64(numbers.x, size), "y": _int_b64(numbers.y, size)}
+        return {
+            "kty": "EC",
+            "crv": alg_info[1],
+            "x": _int_b64(numbers.x, size),
+            "y": _int_b64(numbers.y, size),
+        }
     if isinstance(key, rsa.RSAPublicKey):
         numbers = key.public_numbers()
         return {"kty": "RSA", "n": _int_b64(numbers.n), "e": _int_b64(numbers.e)}
@@ -156,11 +165,15 @@ def alg_for(public: Any) -> str:
     if isinstance(public, ec.EllipticCurvePublicKey):
         info = _EC_ALGS.get(public.curve.name)
         if info is None:
-            raise SigningError(f"EC curve {public.curve.name} is not supported; use P-256, P-384 or P-521")
+            raise SigningError(
+                f"EC curve {public.curve.name} is not supported; use P-256, P-384 or P-521"
+            )
         return info[0]
     if isinstance(public, rsa.RSAPublicKey):
         if public.key_size < 2048:
-            raise SigningError(f"RSA keys must have at least 2048 bits (this one has {public.key_size})")
+            raise SigningError(
+                f"RSA keys must have at least 2048 bits (this one has {public.key_size})"
+            )
         return "RS256"
     if isinstance(public, ed25519.Ed25519PublicKey):
         return "EdDSA"
@@ -174,8 +187,10 @@ def key_from_pem(data: bytes, kid: str = "", *, require_private: bool = False) -
         try:
             private = serialization.load_pem_private_key(data, password=None)
         except TypeError:
-            raise SigningError("encrypted PEM keys are not supported; store the key unencrypted "
-                               "with restrictive file permissions") from None
+            raise SigningError(
+                "encrypted PEM keys are not supported; store the key unencrypted "
+                "with restrictive file permissions"
+            ) from None
         except ValueError:
             raise SigningError("not a readable PEM private key") from None
         public = private.public_key()
@@ -187,7 +202,9 @@ def key_from_pem(data: bytes, kid: str = "", *, require_private: bool = False) -
         except ValueError:
             raise SigningError("not a readable PEM public or private key") from None
     alg = alg_for(public)
-    return SigningKey(kid=kid or thumbprint(public_jwk(public)), alg=alg, private=private, public=public)
+    return SigningKey(
+        kid=kid or thumbprint(public_jwk(public)), alg=alg, private=private, public=public
+    )
 
 
 def key_from_secret(secret: bytes, kid: str) -> SigningKey:
@@ -230,7 +247,9 @@ def key_from_jwk(jwk: Mapping[str, Any]) -> SigningKey:
 # ----------------------------------------------------------------------------- JWS
 
 
-def _ecdsa_sign(private: ec.EllipticCurvePrivateKey, data: bytes, hash_algorithm: hashes.HashAlgorithm) -> bytes:
+def _ecdsa_sign(
+    private: ec.EllipticCurvePrivateKey, data: bytes, hash_algorithm: hashes.HashAlgorithm
+) -> bytes:
     """RFC 6979 (deterministic) ECDSA where cryptography/OpenSSL offer it; randomized otherwise."""
     try:
         return private.sign(data, ec.ECDSA(hash_algorithm, deterministic_signing=True))
@@ -257,7 +276,8 @@ def _verify_bytes(key: SigningKey, data: bytes, signature: bytes) -> bool:
     try:
         if key.alg == "HS256":
             return bool(key.secret) and hmac.compare_digest(
-                hmac.new(key.secret, data, hashlib.sha256).digest(), signature)
+                hmac.new(key.secret, data, hashlib.sha256).digest(), signature
+            )
         if key.alg == "RS256":
             key.public.verify(signature, data, padding.PKCS1v15(), hashes.SHA256())
         elif key.alg == "EdDSA":
@@ -266,8 +286,9 @@ def _verify_bytes(key: SigningKey, data: bytes, signature: bytes) -> bool:
             _, _, hash_cls, size = _EC_ALGS[key.public.curve.name]
             if len(signature) != 2 * size:
                 return False
-            der = encode_dss_signature(int.from_bytes(signature[:size], "big"),
-                                       int.from_bytes(signature[size:], "big"))
+            der = encode_dss_signature(
+                int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big")
+            )
             key.public.verify(der, data, ec.ECDSA(hash_cls()))
     except InvalidSignature:
         return False
@@ -290,8 +311,9 @@ def sign_payload(payload: bytes, key: SigningKey, jku: str = "") -> pb.AgentCard
 class CardSigner:
     """Signs cards with the current asymmetric key and/or the HS256 secret; publishes the JWKS."""
 
-    def __init__(self, keys: Iterable[SigningKey], *, secret_key: SigningKey | None = None,
-                 jku: str = "") -> None:
+    def __init__(
+        self, keys: Iterable[SigningKey], *, secret_key: SigningKey | None = None, jku: str = ""
+    ) -> None:
         self.keys = list(keys)  # [current, older...]; older ones are only published
         if self.keys and not self.keys[0].can_sign:
             raise SigningError("the first (current) key must be a private key")
@@ -300,7 +322,9 @@ class CardSigner:
 
     @property
     def signing_keys(self) -> list[SigningKey]:
-        return ([self.keys[0]] if self.keys else []) + ([self.secret_key] if self.secret_key else [])
+        return ([self.keys[0]] if self.keys else []) + (
+            [self.secret_key] if self.secret_key else []
+        )
 
     def sign(self, card: pb.AgentCard) -> pb.AgentCard:
         """A copy of the card whose `signatures` are ours (any earlier ones replaced)."""
@@ -366,7 +390,9 @@ def decode_header(protected: str) -> dict[str, Any]:
     return header
 
 
-def verify_card_json(document: Mapping[str, Any], find_key, *, algorithms: Iterable[str]) -> Verified:
+def verify_card_json(
+    document: Mapping[str, Any], find_key, *, algorithms: Iterable[str]
+) -> Verified:
     """Check the signatures of a card (as JSON) until one verifies.
 
     `find_key(header) -> SigningKey | None` picks the key for a protected header
@@ -377,12 +403,18 @@ def verify_card_json(document: Mapping[str, Any], find_key, *, algorithms: Itera
     signatures = document.get("signatures")
     if not isinstance(signatures, list) or not signatures:
         raise SigningError("the card has no signatures")
-    forms = {"a2a-sdk": canonical_json(document), "as served": canonical_json(document, drop_empty=False)}
+    forms = {
+        "a2a-sdk": canonical_json(document),
+        "as served": canonical_json(document, drop_empty=False),
+    }
     problems: list[str] = []
     for i, sig in enumerate(signatures):
         where = f"signatures[{i}]"
-        if not isinstance(sig, dict) or not isinstance(sig.get("protected"), str) \
-                or not isinstance(sig.get("signature"), str):
+        if (
+            not isinstance(sig, dict)
+            or not isinstance(sig.get("protected"), str)
+            or not isinstance(sig.get("signature"), str)
+        ):
             problems.append(f"{where}: needs string members 'protected' and 'signature'")
             continue
         try:
@@ -393,7 +425,9 @@ def verify_card_json(document: Mapping[str, Any], find_key, *, algorithms: Itera
             continue
         alg = header.get("alg")
         if alg not in allowed:
-            problems.append(f"{where}: algorithm {alg!r} is not allowed (allowed: {', '.join(sorted(allowed))})")
+            problems.append(
+                f"{where}: algorithm {alg!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
+            )
             continue
         try:
             key = find_key(header)
@@ -409,7 +443,9 @@ def verify_card_json(document: Mapping[str, Any], find_key, *, algorithms: Itera
         for form, payload in forms.items():
             if _verify_bytes(key, f"{sig['protected']}.{b64url(payload)}".encode("ascii"), raw_sig):
                 return Verified(kid=str(header.get("kid", "")), alg=alg, form=form)
-        problems.append(f"{where}: the signature does not match the card (kid {header.get('kid')!r})")
+        problems.append(
+            f"{where}: the signature does not match the card (kid {header.get('kid')!r})"
+        )
     raise SigningError("; ".join(problems))
 
 
@@ -439,7 +475,9 @@ def load_keys(s: Any) -> tuple[list[SigningKey], SigningKey | None]:
         try:
             data = pathlib.Path(path).read_bytes()
         except OSError as exc:
-            raise SigningError(f"card_signing_key_files[{i}]: cannot read {path!r} ({exc.strerror})") from None
+            raise SigningError(
+                f"card_signing_key_files[{i}]: cannot read {path!r} ({exc.strerror})"
+            ) from None
         try:
             keys.append(key_from_pem(data, kid, require_private=i == 0))
         except SigningError as exc:
@@ -450,7 +488,9 @@ def load_keys(s: Any) -> tuple[list[SigningKey], SigningKey | None]:
     secret = s.card_signing_secret.encode() if s.card_signing_secret else b""
     if s.card_signing_secret_file:
         if secret:
-            raise SigningError("card_signing_secret and card_signing_secret_file are both set; keep one")
+            raise SigningError(
+                "card_signing_secret and card_signing_secret_file are both set; keep one"
+            )
         secret = _read_secret_file(s.card_signing_secret_file, "card_signing_secret_file")
     secret_key = None
     if secret:
@@ -477,7 +517,11 @@ def signer_from_settings(s: Any, http_base: str = "") -> CardSigner | None:
     if jku == "none":
         jku = ""
     elif not jku:
-        jku = f"{http_base.rstrip('/')}{s.card_jwks_path}" if http_base and s.card_jwks_path and keys else ""
+        jku = (
+            f"{http_base.rstrip('/')}{s.card_jwks_path}"
+            if http_base and s.card_jwks_path and keys
+            else ""
+        )
     return CardSigner(keys, secret_key=secret_key, jku=jku)
 
 
@@ -486,13 +530,20 @@ def validate_signing(s: Any) -> None:
     from service.config import ConfigError  # this module is imported by service.config's users
 
     path = s.card_jwks_path
-    if path and (not path.startswith("/") or path in ("/", "/health", "/.well-known/agent-card.json")
-                 or any(c in path for c in "{}?# ")):
-        raise ConfigError(f"card_jwks_path: {path!r} must be a free absolute path like {DEFAULT_JWKS_PATH} "
-                          "(or empty to not serve the keys)")
+    if path and (
+        not path.startswith("/")
+        or path in ("/", "/health", "/.well-known/agent-card.json")
+        or any(c in path for c in "{}?# ")
+    ):
+        raise ConfigError(
+            f"card_jwks_path: {path!r} must be a free absolute path like {DEFAULT_JWKS_PATH} "
+            "(or empty to not serve the keys)"
+        )
     jku = s.card_signing_jku
     if jku and jku != "none" and not jku.startswith(("https://", "http://")):
-        raise ConfigError(f"card_signing_jku: expected an http(s) URL, 'none', or empty for automatic, got {jku!r}")
+        raise ConfigError(
+            f"card_signing_jku: expected an http(s) URL, 'none', or empty for automatic, got {jku!r}"
+        )
     if signing_enabled(s):
         try:
             load_keys(s)

@@ -13,7 +13,9 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-def micros_to_timestamp(us: int, into: timestamp_pb2.Timestamp | None = None) -> timestamp_pb2.Timestamp:
+def micros_to_timestamp(
+    us: int, into: timestamp_pb2.Timestamp | None = None
+) -> timestamp_pb2.Timestamp:
     ts = into if into is not None else timestamp_pb2.Timestamp()
     ts.seconds, rest = divmod(us, 1_000_000)
     ts.nanos = rest * 1000

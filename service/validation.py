@@ -39,12 +39,16 @@ def _plan(descriptor: Descriptor) -> tuple[tuple[str, str, bool, bool, bool, boo
             and bool(_plan(field.message_type))
         )
         if required or nested:
-            plan.append((field.name, field.json_name, required, _is_repeated(field), is_message, nested))
+            plan.append(
+                (field.name, field.json_name, required, _is_repeated(field), is_message, nested)
+            )
     return tuple(plan)
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
-    return field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+    return (
+        field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+    )
 
 
 def check_required(message: ProtoMessage, prefix: str = "") -> None:
@@ -101,4 +105,6 @@ def check_message(message: pb.Message, prefix: str = "message") -> None:
         check_id(ref, f"{prefix}.referenceTaskIds[{i}]", required=True)
     for i, part in enumerate(message.parts):
         if part.WhichOneof("content") is None:
-            raise invalid_field(f"{prefix}.parts[{i}]", "has no content: set text, raw, url or data")
+            raise invalid_field(
+                f"{prefix}.parts[{i}]", "has no content: set text, raw, url or data"
+            )

@@ -40,7 +40,9 @@ NAMESPACE = "a2a_service"  # this service's key in message metadata
 CWD_KEY = "cwd"
 CWD_FIELD = f"message.metadata.{NAMESPACE}.{CWD_KEY}"
 MAX_PATH_CHARS = 4096
-BINDINGS_KEPT = 10_000  # contexts whose workspace is remembered in memory (the store is the fallback)
+BINDINGS_KEPT = (
+    10_000  # contexts whose workspace is remembered in memory (the store is the fallback)
+)
 UNBOUND = ""  # a context that started without a working directory
 # What the caller learns when a path is refused for any reason that depends on the disk.
 FILE_REFUSED = "does not name an allowed readable file within the configured limits"
@@ -117,8 +119,9 @@ class ContextLookup(Protocol):
 
 
 class Workspaces:
-    def __init__(self, roots: Iterable[str], lookup: ContextLookup | None = None,
-                 denied: Iterable[str] = ()) -> None:
+    def __init__(
+        self, roots: Iterable[str], lookup: ContextLookup | None = None, denied: Iterable[str] = ()
+    ) -> None:
         self.roots = [r for r in (_real(os.path.abspath(root)) for root in roots) if r]
         # The service's own state and secret files stay out of reach even inside a root.
         self.denied = [d for d in (_real(os.path.abspath(path)) for path in denied if path) if d]
@@ -155,7 +158,9 @@ class Workspaces:
 
     def _usable(self, recorded: str) -> str | None:
         real = _real(recorded)
-        return real if real is not None and self.inside_roots(real) and os.path.isdir(real) else None
+        return (
+            real if real is not None and self.inside_roots(real) and os.path.isdir(real) else None
+        )
 
     def check_file(self, raw_path: str, workspace: str | None, field: str) -> tuple[str, int]:
         """(resolved path, size) of a readable regular file a `file://` URL names, inside the
@@ -176,7 +181,9 @@ class Workspaces:
         try:
             st = os.stat(real)
         except (OSError, ValueError) as exc:
-            raise refusal(field, FILE_REFUSED, f"cannot stat it ({_os_reason(exc)})", raw_path) from None
+            raise refusal(
+                field, FILE_REFUSED, f"cannot stat it ({_os_reason(exc)})", raw_path
+            ) from None
         if not stat.S_ISREG(st.st_mode):
             raise refusal(field, FILE_REFUSED, "not a regular file", raw_path)
         if not os.access(real, os.R_OK):
@@ -193,15 +200,24 @@ class Workspaces:
             return context_id, real
         if real is None:
             if recorded and recorded != self._usable(recorded):
-                raise invalid_field(CWD_FIELD, "the working directory of this context is no longer "
-                                    "usable; use a new contextId")
+                raise invalid_field(
+                    CWD_FIELD,
+                    "the working directory of this context is no longer "
+                    "usable; use a new contextId",
+                )
             return context_id, recorded or None
         if recorded == UNBOUND:
-            raise invalid_field(CWD_FIELD, "this context started without a working directory; "
-                                "use a new contextId for another workspace")
+            raise invalid_field(
+                CWD_FIELD,
+                "this context started without a working directory; "
+                "use a new contextId for another workspace",
+            )
         if real != recorded:
-            raise invalid_field(CWD_FIELD, "differs from the working directory of this context; "
-                                "use a new contextId for another workspace")
+            raise invalid_field(
+                CWD_FIELD,
+                "differs from the working directory of this context; "
+                "use a new contextId for another workspace",
+            )
         return context_id, real
 
     async def _recorded(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
@@ -229,8 +245,10 @@ class Workspaces:
         value = cwd or UNBOUND
         current = self._bound.get(key)
         if current is not None and current != value:
-            raise invalid_field(CWD_FIELD, "another message just started this context with a "
-                                "different working directory")
+            raise invalid_field(
+                CWD_FIELD,
+                "another message just started this context with a different working directory",
+            )
         self._bound[key] = value
         self._bound.move_to_end(key)
         while len(self._bound) > BINDINGS_KEPT:
@@ -265,8 +283,9 @@ class StoreContextLookup:
             return task.context_id, recorded_cwd(task.history)
         if not message.context_id:
             return "", None
-        page = await self.engine.store.list(scope, TaskQuery(context_id=message.context_id, page_size=1))
+        page = await self.engine.store.list(
+            scope, TaskQuery(context_id=message.context_id, page_size=1)
+        )
         if not page.tasks:
             return message.context_id, None
         return message.context_id, recorded_cwd(page.tasks[0].history)
-

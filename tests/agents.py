@@ -55,7 +55,9 @@ class ScriptedAgent:
             art = None
             n = int(rest or 3)
             for i in range(n):
-                art = await ctx.artifact(f"c{i}", artifact_id=art, append=i > 0, last_chunk=i == n - 1)
+                art = await ctx.artifact(
+                    f"c{i}", artifact_id=art, append=i > 0, last_chunk=i == n - 1
+                )
         elif word == "fail":
             await ctx.fail("it failed on purpose")
         elif word == "raise":

@@ -28,8 +28,15 @@ def missing_part(reason: str) -> None:
 
 
 def make_settings(tmp_path: pathlib.Path, **overrides) -> Settings:
-    values = dict(host="127.0.0.1", grpc_port=0, http_port=-1, data_dir=str(tmp_path / "data"),
-                  push_notifications=True, drain_seconds=0.5, drain_grace_seconds=0.0)
+    values = dict(
+        host="127.0.0.1",
+        grpc_port=0,
+        http_port=-1,
+        data_dir=str(tmp_path / "data"),
+        push_notifications=True,
+        drain_seconds=0.5,
+        drain_grace_seconds=0.0,
+    )
     values.update(overrides)
     return Settings(**values)
 
@@ -62,6 +69,8 @@ async def stub(service):
 
 
 def user_message(text: str = "hello", **fields) -> pb.Message:
-    msg = pb.Message(message_id=fields.pop("message_id", os.urandom(8).hex()), role=pb.ROLE_USER, **fields)
+    msg = pb.Message(
+        message_id=fields.pop("message_id", os.urandom(8).hex()), role=pb.ROLE_USER, **fields
+    )
     msg.parts.add(text=text)
     return msg

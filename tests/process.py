@@ -22,16 +22,33 @@ def free_port() -> int:
 class ServerProcess:
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.grpc_port = free_port()
-        self.args = ["--host", "127.0.0.1", "--grpc-port", str(self.grpc_port), "--http-port", "-1", *args]
+        self.args = [
+            "--host",
+            "127.0.0.1",
+            "--grpc-port",
+            str(self.grpc_port),
+            "--http-port",
+            "-1",
+            *args,
+        ]
         # No drain grace unless a test asks for one: nothing balances load in front of it.
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "A2A_DRAIN_GRACE_SECONDS": "0", **(env or {})}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "A2A_DRAIN_GRACE_SECONDS": "0",
+            **(env or {}),
+        }
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "serve", *self.args],
-            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None

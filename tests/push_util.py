@@ -104,7 +104,11 @@ class Receiver:
                 status, extra = self.respond(got)
                 got.status = status
                 self.requests.append(got)
-                head = [f"HTTP/1.1 {status} X", "Content-Length: 2", "Content-Type: application/json"]
+                head = [
+                    f"HTTP/1.1 {status} X",
+                    "Content-Length: 2",
+                    "Content-Type: application/json",
+                ]
                 head += [f"{k}: {v}" for k, v in extra.items()]
                 writer.write(("\r\n".join(head) + "\r\n\r\n{}").encode())
                 await writer.drain()
@@ -124,7 +128,9 @@ class Receiver:
         return out
 
 
-async def eventually(predicate: Callable[[], Any], seconds: float = 15.0, what: str = "condition") -> None:
+async def eventually(
+    predicate: Callable[[], Any], seconds: float = 15.0, what: str = "condition"
+) -> None:
     """Wait until predicate() (a bool, or an awaitable of one) is true."""
     deadline = time.monotonic() + seconds
     while True:

@@ -59,8 +59,16 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool = False,
-          server: bool = False, client: bool = False) -> x509.Certificate:
+def _cert(
+    subject: str,
+    key,
+    issuer_name: x509.Name,
+    issuer_key,
+    *,
+    ca: bool = False,
+    server: bool = False,
+    client: bool = False,
+) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
@@ -74,22 +82,41 @@ def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool = F
     )
     if ca:
         builder = builder.add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                          key_encipherment=False, data_encipherment=False, key_agreement=False,
-                          encipher_only=False, decipher_only=False), critical=True)
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address("::1")),
-        ]), critical=False).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    x509.IPAddress(ipaddress.ip_address("::1")),
+                ]
+            ),
+            critical=False,
+        ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
     if client:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        builder = builder.add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
 def _pem_key(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def make_pki(directory: pathlib.Path) -> SimpleNamespace:
@@ -150,13 +177,27 @@ class SigningKey:
             raise ValueError(alg)
         self.jwk = {**public, "kid": kid, "use": "sig", "alg": alg}
 
-    def token(self, *, sub: str | None = "user-1", iss: str | None = ISSUER,
-              aud: str | list[str] | None = AUDIENCE, exp_in: float | None = 300, kid: Any = ...,
-              alg: str | None = None, **claims) -> str:
+    def token(
+        self,
+        *,
+        sub: str | None = "user-1",
+        iss: str | None = ISSUER,
+        aud: str | list[str] | None = AUDIENCE,
+        exp_in: float | None = 300,
+        kid: Any = ...,
+        alg: str | None = None,
+        **claims,
+    ) -> str:
         """A signed token; a claim set to None is left out; kid=None: no kid header."""
         now = int(time.time())
-        payload = {"sub": sub, "iss": iss, "aud": aud, "iat": now,
-                   "exp": now + exp_in if exp_in is not None else None, **claims}
+        payload = {
+            "sub": sub,
+            "iss": iss,
+            "aud": aud,
+            "iat": now,
+            "exp": now + exp_in if exp_in is not None else None,
+            **claims,
+        }
         payload = {k: v for k, v in payload.items() if v is not None}
         headers = {} if kid is None else {"kid": self.kid if kid is ... else kid}
         return jwt.encode(payload, self.key, algorithm=alg or self.alg, headers=headers or None)
@@ -176,7 +217,9 @@ class JwksServer:
                     owner.fetches += 1
                     body = json.dumps({"keys": [k.jwk for k in owner.keys]}).encode()
                 elif self.path == "/.well-known/openid-configuration":
-                    body = json.dumps({"issuer": ISSUER, "jwks_uri": owner.url + "/jwks.json"}).encode()
+                    body = json.dumps(
+                        {"issuer": ISSUER, "jwks_uri": owner.url + "/jwks.json"}
+                    ).encode()
                 else:
                     self.send_error(404)
                     return
@@ -220,17 +263,26 @@ class FixedCredentials(CredentialService):
         return self.by_scheme.get(security_scheme_name)
 
 
-async def sdk_clients(service, binding: str, *, credentials: dict[str, str] | None = None,
-                      headers: dict[str, str] | None = None, pki: SimpleNamespace | None = None,
-                      client_cert: bool = False):
+async def sdk_clients(
+    service,
+    binding: str,
+    *,
+    credentials: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    pki: SimpleNamespace | None = None,
+    client_cert: bool = False,
+):
     """Unary and streaming a2a-sdk clients for one binding, found through the agent card.
     `credentials`: securitySchemes name -> credential, applied by the SDK's AuthInterceptor from
     the card; `headers`: sent on every HTTP request and as gRPC metadata; `pki`: talk TLS."""
     scheme = "https" if pki is not None else "http"
     base = f"{scheme}://127.0.0.1:{service.http_port}"
     cert = (pki.client_pem, pki.client_key) if pki is not None and client_cert else None
-    http = httpx.AsyncClient(timeout=10, headers=headers or {},
-                             verify=_httpx_verify(pki, cert) if pki is not None else True)
+    http = httpx.AsyncClient(
+        timeout=10,
+        headers=headers or {},
+        verify=_httpx_verify(pki, cert) if pki is not None else True,
+    )
     channels: list[grpc.aio.Channel] = []
     metadata = tuple((k.lower(), v) for k, v in (headers or {}).items())
 
@@ -240,7 +292,9 @@ async def sdk_clients(service, binding: str, *, credentials: dict[str, str] | No
             creds = grpc.ssl_channel_credentials(
                 root_certificates=pki.ca_bytes,
                 private_key=pathlib.Path(pki.client_key).read_bytes() if client_cert else None,
-                certificate_chain=pathlib.Path(pki.client_pem).read_bytes() if client_cert else None,
+                certificate_chain=pathlib.Path(pki.client_pem).read_bytes()
+                if client_cert
+                else None,
             )
             channels.append(grpc.aio.secure_channel(url, creds, interceptors=interceptors))
         else:
@@ -248,9 +302,13 @@ async def sdk_clients(service, binding: str, *, credentials: dict[str, str] | No
         return channels[-1]
 
     def config(streaming: bool) -> ClientConfig:
-        return ClientConfig(streaming=streaming, supported_protocol_bindings=[binding],
-                            use_client_preference=True, httpx_client=http,
-                            grpc_channel_factory=channel_factory)
+        return ClientConfig(
+            streaming=streaming,
+            supported_protocol_bindings=[binding],
+            use_client_preference=True,
+            httpx_client=http,
+            grpc_channel_factory=channel_factory,
+        )
 
     interceptors = [AuthInterceptor(FixedCredentials(credentials))] if credentials else None
     unary = await create_client(base, config(False), interceptors=interceptors)
@@ -261,7 +319,9 @@ async def sdk_clients(service, binding: str, *, credentials: dict[str, str] | No
         for channel in channels:
             await channel.close()
 
-    return SimpleNamespace(unary=unary, streaming=streaming, close=close, binding=binding, http=http)
+    return SimpleNamespace(
+        unary=unary, streaming=streaming, close=close, binding=binding, http=http
+    )
 
 
 def _httpx_verify(pki: SimpleNamespace, cert: tuple[str, str] | None):
@@ -273,7 +333,9 @@ def _httpx_verify(pki: SimpleNamespace, cert: tuple[str, str] | None):
     return context
 
 
-class _MetadataInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+class _MetadataInterceptor(
+    grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor
+):
     def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
         self.metadata = metadata
 

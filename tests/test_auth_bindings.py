@@ -29,7 +29,9 @@ from tests.security_util import (
     sdk_clients,
 )
 
-EXTENDED_SKILLS = [{"id": "secret-skill", "name": "Secret", "description": "for members", "tags": ["x"]}]
+EXTENDED_SKILLS = [
+    {"id": "secret-skill", "name": "Secret", "description": "for members", "tags": ["x"]}
+]
 WHOAMI = "tests.security_util:WhoAmIAgent"
 
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
@@ -39,8 +41,14 @@ CI = {"X-API-Key": API_KEYS["ci"]}
 
 @pytest.fixture
 async def secured(start_service):
-    return await start_service(http_port=0, store="memory:", agent=WHOAMI, extended_card=True,
-                               extended_skills=EXTENDED_SKILLS, **all_static_settings())
+    return await start_service(
+        http_port=0,
+        store="memory:",
+        agent=WHOAMI,
+        extended_card=True,
+        extended_skills=EXTENDED_SKILLS,
+        **all_static_settings(),
+    )
 
 
 def http_base(service) -> str:
@@ -55,11 +63,21 @@ def _jsonrpc(method: str, params: dict | None = None) -> dict:
 GUARDED = [
     ("POST", "/", _jsonrpc("ListTasks")),
     ("POST", "/", _jsonrpc("GetExtendedAgentCard")),
-    ("POST", "/", _jsonrpc("SendStreamingMessage", {"message": {"messageId": "m", "role": "ROLE_USER",
-                                                                "parts": [{"text": "x"}]}})),
+    (
+        "POST",
+        "/",
+        _jsonrpc(
+            "SendStreamingMessage",
+            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+        ),
+    ),
     ("GET", "/tasks", None),
     ("GET", "/tasks/some-task", None),
-    ("POST", "/message:send", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}),
+    (
+        "POST",
+        "/message:send",
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+    ),
     ("POST", "/tasks/some-task:subscribe", None),
     ("GET", "/tasks/some-task/pushNotificationConfigs", None),
     ("GET", "/extendedAgentCard", None),
@@ -89,8 +107,11 @@ def assert_unauthorized(response: httpx.Response) -> None:
     assert response.content == b'{"error":"Unauthorized"}'
     assert response.headers["content-type"].startswith("application/json")
     challenges = response.headers.get_list("www-authenticate")
-    assert challenges == ['Bearer realm="a2a"', 'Basic realm="a2a", charset="UTF-8"',
-                          'ApiKey realm="a2a", header="X-API-Key"']
+    assert challenges == [
+        'Bearer realm="a2a"',
+        'Basic realm="a2a", charset="UTF-8"',
+        'ApiKey realm="a2a", header="X-API-Key"',
+    ]
 
 
 @pytest.mark.parametrize("credentials", BAD_CREDENTIALS, ids=range(len(BAD_CREDENTIALS)))
@@ -108,25 +129,48 @@ async def test_card_and_health_stay_public(secured):
         assert card.status_code == 200 and card.json()["name"]
         assert (await http.get("/health")).json() == {"status": "healthy"}
         # A credential on a public route is simply not needed (and a wrong one does not hurt).
-        assert (await http.get("/health", headers={"Authorization": "Bearer nope"})).status_code == 200
+        assert (
+            await http.get("/health", headers={"Authorization": "Bearer nope"})
+        ).status_code == 200
 
 
 async def test_the_card_advertises_exactly_the_enabled_schemes(secured, start_service):
     async with httpx.AsyncClient(base_url=http_base(secured), timeout=10) as http:
         card = (await http.get("/.well-known/agent-card.json")).json()
     assert card["securitySchemes"] == {
-        "bearer": {"httpAuthSecurityScheme": {
-            "scheme": "Bearer", "description": "A static bearer token issued by the operator."}},
-        "basic": {"httpAuthSecurityScheme": {"scheme": "Basic", "description": "HTTP Basic user name and password."}},
-        "apiKey": {"apiKeySecurityScheme": {
-            "location": "header", "name": "X-API-Key",
-            "description": "An API key in this header (gRPC: metadata of the same name)."}},
+        "bearer": {
+            "httpAuthSecurityScheme": {
+                "scheme": "Bearer",
+                "description": "A static bearer token issued by the operator.",
+            }
+        },
+        "basic": {
+            "httpAuthSecurityScheme": {
+                "scheme": "Basic",
+                "description": "HTTP Basic user name and password.",
+            }
+        },
+        "apiKey": {
+            "apiKeySecurityScheme": {
+                "location": "header",
+                "name": "X-API-Key",
+                "description": "An API key in this header (gRPC: metadata of the same name).",
+            }
+        },
     }
     assert card["securityRequirements"] == [
-        {"schemes": {"bearer": {}}}, {"schemes": {"basic": {}}}, {"schemes": {"apiKey": {}}}]
+        {"schemes": {"bearer": {}}},
+        {"schemes": {"basic": {}}},
+        {"schemes": {"apiKey": {}}},
+    ]
 
-    only_key = await start_service(http_port=0, store="memory:", auth_api_keys=["ci=" + API_KEYS["ci"]],
-                                   auth_api_key_header="X-Agent-Key", push_notifications=False)
+    only_key = await start_service(
+        http_port=0,
+        store="memory:",
+        auth_api_keys=["ci=" + API_KEYS["ci"]],
+        auth_api_key_header="X-Agent-Key",
+        push_notifications=False,
+    )
     open_service = await start_service(http_port=0, store="memory:", push_notifications=False)
     async with httpx.AsyncClient(timeout=10) as http:
         card = (await http.get(http_base(only_key) + "/.well-known/agent-card.json")).json()
@@ -138,12 +182,18 @@ async def test_the_card_advertises_exactly_the_enabled_schemes(secured, start_se
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
-@pytest.mark.parametrize("who,headers,principal", [
-    ("bearer", ALICE, "bearer:alice"),
-    ("basic", CAROL, "basic:carol"),
-    ("apikey", CI, "apikey:ci"),
-], ids=["bearer", "basic", "apikey"])
-async def test_each_scheme_names_the_same_principal_on_every_binding(secured, binding, who, headers, principal):
+@pytest.mark.parametrize(
+    "who,headers,principal",
+    [
+        ("bearer", ALICE, "bearer:alice"),
+        ("basic", CAROL, "basic:carol"),
+        ("apikey", CI, "apikey:ci"),
+    ],
+    ids=["bearer", "basic", "apikey"],
+)
+async def test_each_scheme_names_the_same_principal_on_every_binding(
+    secured, binding, who, headers, principal
+):
     clients = await sdk_clients(secured, binding, headers=headers)
     try:
         request = sdk.SendMessageRequest(message=user_message("who am i"))
@@ -173,7 +223,11 @@ async def test_the_sdk_client_authenticates_from_the_card(secured, binding):
     try:
         with pytest.raises(Exception) as info:
             await anonymous.unary.list_tasks(sdk.ListTasksRequest())
-        assert "401" in str(info.value) or "UNAUTHENTICATED" in str(info.value) or "Unauthorized" in str(info.value)
+        assert (
+            "401" in str(info.value)
+            or "UNAUTHENTICATED" in str(info.value)
+            or "Unauthorized" in str(info.value)
+        )
     finally:
         await anonymous.close()
 
@@ -181,22 +235,40 @@ async def test_the_sdk_client_authenticates_from_the_card(secured, binding):
 async def test_grpc_refuses_with_unauthenticated_and_keeps_health_and_reflection_public(secured):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{secured.grpc_port}") as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
-        for metadata in (None, (("authorization", "Bearer wrong-token-0123456789abcdef"),),
-                         (("x-api-key", "nope"),), (("authorization", basic_header("carol", "bad")),)):
-            err = await expect_error(stub.ListTasks(pb.ListTasksRequest(), metadata=metadata),
-                                     grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+        for metadata in (
+            None,
+            (("authorization", "Bearer wrong-token-0123456789abcdef"),),
+            (("x-api-key", "nope"),),
+            (("authorization", basic_header("carol", "bad")),),
+        ):
+            err = await expect_error(
+                stub.ListTasks(pb.ListTasksRequest(), metadata=metadata),
+                grpc.StatusCode.UNAUTHENTICATED,
+                "UNAUTHENTICATED",
+            )
             assert err.details() == "Unauthorized"
         stream = stub.SendStreamingMessage(pb.SendMessageRequest(message=user_message("x")))
         await expect_error(stream.read(), grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
-        await expect_error(stub.GetExtendedAgentCard(pb.GetExtendedAgentCardRequest()),
-                           grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
-        ok = await stub.ListTasks(pb.ListTasksRequest(), metadata=(("authorization", f"Bearer {TOKENS['alice']}"),))
+        await expect_error(
+            stub.GetExtendedAgentCard(pb.GetExtendedAgentCardRequest()),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "UNAUTHENTICATED",
+        )
+        ok = await stub.ListTasks(
+            pb.ListTasksRequest(), metadata=(("authorization", f"Bearer {TOKENS['alice']}"),)
+        )
         assert ok.total_size == 0
-        health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+        health = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="")
+        )
         assert health.status == health_pb2.HealthCheckResponse.SERVING
         reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-        answers = [a async for a in reflection.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]))]
+        answers = [
+            a
+            async for a in reflection.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+            )
+        ]
         names = [s.name for s in answers[0].list_services_response.service]
         assert "lf.a2a.v1.A2AService" in names
 
@@ -222,24 +294,41 @@ async def test_extended_card_requires_authentication(secured, binding):
 
 async def test_extended_card_not_configured_and_capability_off(start_service):
     """On every binding (raw calls: the a2a-sdk does not even ask when the capability is off)."""
-    enabled_empty = await start_service(http_port=0, store="memory:", extended_card=True,
-                                        push_notifications=False, **all_static_settings())
-    off = await start_service(http_port=0, store="memory:", push_notifications=False, **all_static_settings())
+    enabled_empty = await start_service(
+        http_port=0,
+        store="memory:",
+        extended_card=True,
+        push_notifications=False,
+        **all_static_settings(),
+    )
+    off = await start_service(
+        http_port=0, store="memory:", push_notifications=False, **all_static_settings()
+    )
     metadata = (("authorization", ALICE["Authorization"]),)
-    for service, reason, code in ((enabled_empty, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32007),
-                                  (off, "UNSUPPORTED_OPERATION", -32004)):
+    for service, reason, code in (
+        (enabled_empty, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32007),
+        (off, "UNSUPPORTED_OPERATION", -32004),
+    ):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            await expect_error(stub.GetExtendedAgentCard(pb.GetExtendedAgentCardRequest(), metadata=metadata),
-                               grpc.StatusCode.FAILED_PRECONDITION, reason)
-        async with httpx.AsyncClient(base_url=http_base(service), timeout=10,
-                                     headers={"A2A-Version": "1.0", **ALICE}) as http:
+            await expect_error(
+                stub.GetExtendedAgentCard(pb.GetExtendedAgentCardRequest(), metadata=metadata),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                reason,
+            )
+        async with httpx.AsyncClient(
+            base_url=http_base(service), timeout=10, headers={"A2A-Version": "1.0", **ALICE}
+        ) as http:
             rest = await http.get("/extendedAgentCard")
-            assert rest.status_code == 400 and rest.json()["error"]["details"][0]["reason"] == reason
+            assert (
+                rest.status_code == 400 and rest.json()["error"]["details"][0]["reason"] == reason
+            )
             rpc = (await http.post("/", json=_jsonrpc("GetExtendedAgentCard"))).json()
             assert rpc["error"]["code"] == code
             card = (await http.get("/.well-known/agent-card.json")).json()
-            assert card["capabilities"].get("extendedAgentCard", False) == (service is enabled_empty)
+            assert card["capabilities"].get("extendedAgentCard", False) == (
+                service is enabled_empty
+            )
     clients = await sdk_clients(enabled_empty, "JSONRPC", headers=ALICE)
     try:
         with pytest.raises(sdk_errors.ExtendedAgentCardNotConfiguredError):
@@ -249,16 +338,18 @@ async def test_extended_card_not_configured_and_capability_off(start_service):
 
 
 async def test_configured_extended_skills_turn_the_capability_on(start_service):
-    service = await start_service(http_port=0, store="memory:", extended_skills=EXTENDED_SKILLS,
-                                  **all_static_settings())
+    service = await start_service(
+        http_port=0, store="memory:", extended_skills=EXTENDED_SKILLS, **all_static_settings()
+    )
     async with httpx.AsyncClient(timeout=10) as http:
         card = (await http.get(http_base(service) + "/.well-known/agent-card.json")).json()
     assert card["capabilities"]["extendedAgentCard"] is True
 
 
 async def test_rest_and_jsonrpc_answer_normally_once_authenticated(secured):
-    async with httpx.AsyncClient(base_url=http_base(secured), timeout=10,
-                                 headers={"A2A-Version": "1.0", **ALICE}) as http:
+    async with httpx.AsyncClient(
+        base_url=http_base(secured), timeout=10, headers={"A2A-Version": "1.0", **ALICE}
+    ) as http:
         listed = await http.get("/tasks")
         assert listed.status_code == 200 and listed.json().get("tasks", []) == []
         missing = await http.get("/tasks/no-such-task")
@@ -272,11 +363,16 @@ async def test_rest_and_jsonrpc_answer_normally_once_authenticated(secured):
 
 
 async def test_proxy_mode_forwards_credentials_and_the_upstream_names_the_caller(start_service):
-    settings = dict(auth_api_keys=["ci=" + API_KEYS["ci"]], auth_api_key_header="X-Agent-Key",
-                    push_notifications=False)
+    settings = dict(
+        auth_api_keys=["ci=" + API_KEYS["ci"]],
+        auth_api_key_header="X-Agent-Key",
+        push_notifications=False,
+    )
     upstream = await start_service(store="memory:", agent=WHOAMI, **settings)
     proxy = await start_service(http_port=0, upstream=f"127.0.0.1:{upstream.grpc_port}", **settings)
-    async with httpx.AsyncClient(base_url=http_base(proxy), timeout=10, headers={"A2A-Version": "1.0"}) as http:
+    async with httpx.AsyncClient(
+        base_url=http_base(proxy), timeout=10, headers={"A2A-Version": "1.0"}
+    ) as http:
         refused = await http.get("/tasks")
         assert refused.status_code == 401 and refused.content == b'{"error":"Unauthorized"}'
         assert refused.headers["www-authenticate"] == 'ApiKey realm="a2a", header="X-Agent-Key"'
@@ -287,7 +383,9 @@ async def test_proxy_mode_forwards_credentials_and_the_upstream_names_the_caller
         assert principal == "apikey:ci" and "x-agent-key" not in keys.split(",")
     # Without credentials of its own the proxy still cannot get past the upstream.
     open_proxy = await start_service(http_port=0, upstream=f"127.0.0.1:{upstream.grpc_port}")
-    async with httpx.AsyncClient(base_url=http_base(open_proxy), timeout=10, headers={"A2A-Version": "1.0"}) as http:
+    async with httpx.AsyncClient(
+        base_url=http_base(open_proxy), timeout=10, headers={"A2A-Version": "1.0"}
+    ) as http:
         assert (await http.get("/tasks")).status_code == 401
         ok = await http.get("/tasks", headers={"Grpc-Metadata-X-Agent-Key": API_KEYS["ci"]})
         assert ok.status_code == 200
@@ -297,26 +395,42 @@ async def test_startup_warns_when_auth_is_off_on_a_non_loopback_address(start_se
     caplog.set_level(logging.WARNING, logger="service")
     await start_service(store="memory:", push_notifications=False)  # loopback: quiet
     assert not [r for r in caplog.records if "AUTHENTICATION IS OFF" in r.getMessage()]
-    await start_service(store="memory:", host="0.0.0.0", extended_card=True, push_notifications=False)
+    await start_service(
+        store="memory:", host="0.0.0.0", extended_card=True, push_notifications=False
+    )
     [warning] = [r for r in caplog.records if "AUTHENTICATION IS OFF" in r.getMessage()]
     assert warning.levelno == logging.WARNING
     assert "0.0.0.0" in warning.getMessage() and "extended agent card" in warning.getMessage()
     caplog.clear()
-    await start_service(store="memory:", host="0.0.0.0", push_notifications=False, **all_static_settings())
+    await start_service(
+        store="memory:", host="0.0.0.0", push_notifications=False, **all_static_settings()
+    )
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "AUTHENTICATION IS OFF" in m]
     assert [m for m in messages if "TLS is off" in m]
 
 
-async def test_the_card_signing_jwks_stays_public_and_the_signature_covers_the_schemes(start_service, tmp_path):
+async def test_the_card_signing_jwks_stays_public_and_the_signature_covers_the_schemes(
+    start_service, tmp_path
+):
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = tmp_path / "card.key"
-    key.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    service = await start_service(http_port=0, store="memory:", push_notifications=False,
-                                  card_signing_key_files=[f"card-1={key}"], **all_static_settings())
+    key.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    service = await start_service(
+        http_port=0,
+        store="memory:",
+        push_notifications=False,
+        card_signing_key_files=[f"card-1={key}"],
+        **all_static_settings(),
+    )
     async with httpx.AsyncClient(base_url=http_base(service), timeout=10) as http:
         jwks = await http.get(service.settings.card_jwks_path)
         assert jwks.status_code == 200 and jwks.json()["keys"][0]["kid"] == "card-1"

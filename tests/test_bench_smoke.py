@@ -14,11 +14,31 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_bench_quick_produces_every_row(tmp_path):
     out = tmp_path / "bench.json"
     argv = [
-        sys.executable, str(ROOT / "tests" / "bench" / "run.py"), "--quick",
-        "--duration", "0.3", "--warmup", "0.1", "--rounds", "1", "--concurrency", "8",
-        "--stream-chunks", "50,200", "--stream-duration", "0.05",
-        "--large-tasks", "2000", "--small-tasks", "200", "--list-calls", "5", "--list-warmup", "1",
-        "--json", str(out),
+        sys.executable,
+        str(ROOT / "tests" / "bench" / "run.py"),
+        "--quick",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--rounds",
+        "1",
+        "--concurrency",
+        "8",
+        "--stream-chunks",
+        "50,200",
+        "--stream-duration",
+        "0.05",
+        "--large-tasks",
+        "2000",
+        "--small-tasks",
+        "200",
+        "--list-calls",
+        "5",
+        "--list-warmup",
+        "1",
+        "--json",
+        str(out),
     ]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=110)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -36,14 +56,25 @@ def test_bench_quick_produces_every_row(tmp_path):
 
     streams = doc["streaming"]
     assert {(r["store"], r["chunks_per_turn"]) for r in streams} == {
-        ("sqlite", 50), ("sqlite", 200), ("memory", 50), ("memory", 200)}
+        ("sqlite", 50),
+        ("sqlite", 200),
+        ("memory", 50),
+        ("memory", 200),
+    }
     for row in streams:
         assert number(row["events_per_s"]) and number(row["turn_ms"]), row
 
     listing = doc["list_tasks"]
     assert {r["query"] for r in listing["rows"]} == {"first_page", "deep_page", "context_filter"}
     for row in listing["rows"]:
-        for field in ("small_p50_ms", "small_p99_ms", "large_p50_ms", "large_p99_ms", "ratio_p50", "ratio_p99"):
+        for field in (
+            "small_p50_ms",
+            "small_p99_ms",
+            "large_p50_ms",
+            "large_p99_ms",
+            "ratio_p50",
+            "ratio_p99",
+        ):
             assert number(row[field]), (row["query"], field, row[field])
 
     for heading in ("SendMessage", "Streaming", "ListTasks"):

@@ -61,7 +61,11 @@ class Site:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def json(self, path: str, document) -> str:
-        self.routes[path] = (200, {"Content-Type": "application/json"}, json.dumps(document).encode())
+        self.routes[path] = (
+            200,
+            {"Content-Type": "application/json"},
+            json.dumps(document).encode(),
+        )
         return self.origin + path
 
     def redirect(self, path: str, to: str) -> str:
@@ -89,22 +93,30 @@ def other_site():
 
 def new_key():
     pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return key_from_pem(pem)
 
 
 def signed_card(key=None, *, jku: str = "", secret: str = "") -> tuple[dict, dict]:
     """(card JSON, its JWKS) signed with `key` (a new ES256 key by default) and/or a secret."""
     keys = [] if key is None and secret else [key or new_key()]
-    signer = CardSigner(keys, secret_key=key_from_secret(secret.encode(), "hs") if secret else None, jku=jku)
+    signer = CardSigner(
+        keys, secret_key=key_from_secret(secret.encode(), "hs") if secret else None, jku=jku
+    )
     card = signer.sign(pb.AgentCard(name="n", description="d", version="1"))
     return json_format.MessageToDict(card), signer.jwks()
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service", "card", "verify", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "service", "card", "verify", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
@@ -154,7 +166,10 @@ def test_unreadable_card_exits_2(site, tmp_path):
     site.routes["/.well-known/agent-card.json"] = (500, {}, b"oops")
     assert "HTTP 500" in one_error_line(result := cli(site.origin)) and result.returncode == 2
     (tmp_path / "card.json").write_text("[1, 2")
-    assert "not JSON" in one_error_line(result := cli(str(tmp_path / "card.json"))) and result.returncode == 2
+    assert (
+        "not JSON" in one_error_line(result := cli(str(tmp_path / "card.json")))
+        and result.returncode == 2
+    )
 
 
 def test_a_timeout_exits_2(monkeypatch, capsys, tmp_path):
@@ -165,7 +180,9 @@ def test_a_timeout_exits_2(monkeypatch, capsys, tmp_path):
         silent.listen(8)
         monkeypatch.setattr(card_cli, "TIMEOUT_SECONDS", 0.5)
         port = silent.getsockname()[1]
-        assert in_process(str(tmp_path / "card.json"), "--jwks", f"http://127.0.0.1:{port}/jwks") == 2
+        assert (
+            in_process(str(tmp_path / "card.json"), "--jwks", f"http://127.0.0.1:{port}/jwks") == 2
+        )
         assert in_process(f"http://127.0.0.1:{port}/card.json") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") and "timed out" in line for line in err)
@@ -179,7 +196,10 @@ def test_a_dns_failure_exits_2(monkeypatch, capsys, tmp_path):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     monkeypatch.setattr(socket, "getaddrinfo", no_dns)  # nothing leaves the machine
-    assert in_process(str(tmp_path / "card.json"), "--jwks", "https://unreachable.example/jwks.json") == 2
+    assert (
+        in_process(str(tmp_path / "card.json"), "--jwks", "https://unreachable.example/jwks.json")
+        == 2
+    )
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: https://unreachable.example/jwks.json: cannot read it")
     assert "Name or service not known" in line
@@ -191,10 +211,16 @@ def test_hs256_without_a_secret_says_how_to_pass_one(tmp_path):
     result = cli(str(tmp_path / "card.json"))
     assert result.returncode == 1
     line = one_error_line(result)
-    assert line.startswith("NOT VERIFIED") and "--secret-env NAME" in line and "--secret-file FILE" in line
+    assert (
+        line.startswith("NOT VERIFIED")
+        and "--secret-env NAME" in line
+        and "--secret-file FILE" in line
+    )
     result = cli(str(tmp_path / "card.json"), "--algorithms", "HS256")
     assert result.returncode == 1 and "--secret-env NAME" in one_error_line(result)
-    result = cli(str(tmp_path / "card.json"), "--secret-env", "CARD_SECRET", env={"CARD_SECRET": SECRET})
+    result = cli(
+        str(tmp_path / "card.json"), "--secret-env", "CARD_SECRET", env={"CARD_SECRET": SECRET}
+    )
     assert result.returncode == 0 and "HS256" in result.stdout, result.stderr
 
 
@@ -208,8 +234,10 @@ def test_a_same_origin_jku_verifies_for_integrity_only(site):
     url = site.json("/card.json", card)
     result = cli(url)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("verified (integrity only: the key came from the card's own jku, "
-                                    "not from a key you pinned with --jwks)")
+    assert result.stdout.startswith(
+        "verified (integrity only: the key came from the card's own jku, "
+        "not from a key you pinned with --jwks)"
+    )
     assert site.origin + "/keys/jwks.json" in result.stdout
     # Loopback names are one host: the README's `card verify http://localhost:8080` works
     # against a server whose jku says 127.0.0.1.
@@ -221,7 +249,9 @@ def test_a_same_origin_jku_verifies_for_integrity_only(site):
     site.json("/.well-known/agent-card.json", card)
     result = cli(site.origin)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("verified (integrity only: the key came from the agent's own JWKS")
+    assert result.stdout.startswith(
+        "verified (integrity only: the key came from the agent's own JWKS"
+    )
     # Pinned with --jwks: no such caveat.
     result = cli(site.origin, "--jwks", site.origin + "/.well-known/jwks.json")
     assert result.returncode == 0 and result.stdout.startswith("verified: ")
@@ -244,7 +274,9 @@ def test_a_card_from_a_file_has_no_origin_for_its_jku(site, tmp_path):
     site.json("/jwks.json", jwks)
     (tmp_path / "card.json").write_text(json.dumps(card))
     result = cli(str(tmp_path / "card.json"))
-    assert result.returncode == 1 and "read from a file" in one_error_line(result) and site.hits == []
+    assert (
+        result.returncode == 1 and "read from a file" in one_error_line(result) and site.hits == []
+    )
     result = cli(str(tmp_path / "card.json"), "--allow-foreign-jku")
     assert result.returncode == 0 and "card's own jku" in result.stdout, result.stderr
 
@@ -253,19 +285,37 @@ def test_a_jku_is_never_a_local_file_nor_plain_http_off_loopback(site, tmp_path)
     key = new_key()
     _, jwks = signed_card(key)
     (tmp_path / "jwks.json").write_text(json.dumps(jwks))
-    for jku in (str(tmp_path / "jwks.json"), f"file://{tmp_path}/jwks.json", "/dev/zero", "/dev/stdin",
-                "/etc/hostname", "ftp://127.0.0.1/jwks.json"):
+    for jku in (
+        str(tmp_path / "jwks.json"),
+        f"file://{tmp_path}/jwks.json",
+        "/dev/zero",
+        "/dev/stdin",
+        "/etc/hostname",
+        "ftp://127.0.0.1/jwks.json",
+    ):
         card, _ = signed_card(key, jku=jku)
         url = site.json("/card.json", card)
-        result = subprocess.run([sys.executable, "-m", "service", "card", "verify", url, "--allow-foreign-jku"],
-                                cwd=ROOT, capture_output=True, text=True, timeout=120, input="",
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        result = subprocess.run(
+            [sys.executable, "-m", "service", "card", "verify", url, "--allow-foreign-jku"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            input="",
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert result.returncode == 1, (jku, result.stderr)
         assert "refused: only https://" in one_error_line(result), jku
         assert "verified" not in result.stdout
     # Plain http off loopback: refused before any connection is tried.
-    finder = card_cli.KeyFinder("https://agent.example/card.json", None, None, allow_foreign_jku=True)
-    for jku in ("http://192.0.2.1/jwks.json", "http://agent.example/jwks.json", "http://[::ffff:7f00:1]/j"):
+    finder = card_cli.KeyFinder(
+        "https://agent.example/card.json", None, None, allow_foreign_jku=True
+    )
+    for jku in (
+        "http://192.0.2.1/jwks.json",
+        "http://agent.example/jwks.json",
+        "http://[::ffff:7f00:1]/j",
+    ):
         with pytest.raises(SigningError, match="refused: only https://"):
             finder({"alg": "ES256", "kid": "k", "jku": jku})
     assert finder.unreadable == [] and finder.sources == []
@@ -276,7 +326,9 @@ def test_a_redirect_to_another_host_is_not_followed(site, other_site):
     card, jwks = signed_card(key)
     other_site.json("/.well-known/agent-card.json", card)
     other_site.json("/.well-known/jwks.json", jwks)
-    site.redirect("/.well-known/agent-card.json", other_site.origin + "/.well-known/agent-card.json")
+    site.redirect(
+        "/.well-known/agent-card.json", other_site.origin + "/.well-known/agent-card.json"
+    )
     result = cli(site.origin)
     assert result.returncode == 2 and "another origin (not followed)" in one_error_line(result)
     assert other_site.hits == []
@@ -284,7 +336,11 @@ def test_a_redirect_to_another_host_is_not_followed(site, other_site):
     site.json("/.well-known/agent-card.json", card)
     site.redirect("/.well-known/jwks.json", other_site.origin + "/.well-known/jwks.json")
     result = cli(site.origin)
-    assert result.returncode == 2 and "another origin" in one_error_line(result) and other_site.hits == []
+    assert (
+        result.returncode == 2
+        and "another origin" in one_error_line(result)
+        and other_site.hits == []
+    )
     # Same-origin redirects are followed, a bounded number of times.
     site.redirect("/.well-known/jwks.json", "/keys")
     site.json("/keys", jwks)
@@ -302,12 +358,20 @@ def test_local_files_must_be_regular_and_small(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     for source in ("/dev/zero", "/dev/stdin", str(tmp_path / "fifo"), str(tmp_path)):
         for args in ((source,), (str(tmp_path / "card.json"), "--jwks", source)):
-            result = subprocess.run([sys.executable, "-m", "service", "card", "verify", *args], cwd=ROOT,
-                                    capture_output=True, text=True, timeout=120, input="{}",
-                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
+            result = subprocess.run(
+                [sys.executable, "-m", "service", "card", "verify", *args],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                input="{}",
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
             assert result.returncode == 2, (args, result.stderr)
             line = one_error_line(result)
-            assert line.startswith(f"error: {source}: ") and ("not a regular file" in line or "cannot read" in line)
+            assert line.startswith(f"error: {source}: ") and (
+                "not a regular file" in line or "cannot read" in line
+            )
     result = cli(str(tmp_path / "big.json"))
     assert result.returncode == 2 and "larger than" in one_error_line(result)
     result = cli(str(tmp_path / "card.json"), "--secret-file", "/dev/zero")

@@ -36,7 +36,9 @@ async def test_stdin_to_artifact_and_completed(start_service):
 
 
 async def test_nonzero_exit_fails_with_stderr_tail(start_service):
-    _, channel, stub = await command_stub(start_service, "sh -c 'echo partial; echo boom >&2; exit 3'")
+    _, channel, stub = await command_stub(
+        start_service, "sh -c 'echo partial; echo boom >&2; exit 3'"
+    )
     async with channel:
         task = (await stub.SendMessage(request("x"))).task
     assert task.status.state == pb.TASK_STATE_FAILED
@@ -117,7 +119,9 @@ async def _wait_for_pid(service, context_id: str) -> int:
 
 
 async def test_cancel_terminates_the_process(start_service):
-    service, channel, stub = await command_stub(start_service, "sh -c 'echo $$ > pid; exec sleep 60'")
+    service, channel, stub = await command_stub(
+        start_service, "sh -c 'echo $$ > pid; exec sleep 60'"
+    )
     async with channel:
         msg = user_message("x", context_id="c-term")
         req = pb.SendMessageRequest(message=msg)
@@ -131,8 +135,10 @@ async def test_cancel_terminates_the_process(start_service):
 
 async def test_cancel_kills_a_process_that_ignores_sigterm(start_service):
     service, channel, stub = await command_stub(
-        start_service, "sh -c 'trap \"\" TERM; echo $$ > pid; while :; do sleep 0.05; done'",
-        command_grace_seconds=0.3)
+        start_service,
+        "sh -c 'trap \"\" TERM; echo $$ > pid; while :; do sleep 0.05; done'",
+        command_grace_seconds=0.3,
+    )
     async with channel:
         msg = user_message("x", context_id="c-kill")
         req = pb.SendMessageRequest(message=msg)

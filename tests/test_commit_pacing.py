@@ -142,7 +142,9 @@ def test_interval_zero_never_waits():
         now += 0.0001
 
 
-def gather(pacer: CommitPacer, now: float, every: float | None, burst: int = 1) -> tuple[float, float]:
+def gather(
+    pacer: CommitPacer, now: float, every: float | None, burst: int = 1
+) -> tuple[float, float]:
     """One batch: `burst` writes at `now`, then one every `every` seconds (None: no more)
     until the pacer's deadline. Returns (commit time, the wait the pacer asked for)."""
     wait = pacer.on_write(now, 1, scheduled=False)

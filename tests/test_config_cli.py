@@ -13,21 +13,34 @@ from tests.process import ROOT
 
 def test_precedence_file_env_flags(tmp_path):
     cfg = tmp_path / "a2a.toml"
-    cfg.write_text('grpc_port = 1111\nname = "From file"\nagent = "echo"\n'
-                   'skills = [{id = "s", name = "S", description = "d", tags = ["t"]}]\n')
-    s = config.load(str(cfg), env={"A2A_GRPC_PORT": "2222", "A2A_NAME": "From env"}, flags={"grpc_port": 3333})
+    cfg.write_text(
+        'grpc_port = 1111\nname = "From file"\nagent = "echo"\n'
+        'skills = [{id = "s", name = "S", description = "d", tags = ["t"]}]\n'
+    )
+    s = config.load(
+        str(cfg), env={"A2A_GRPC_PORT": "2222", "A2A_NAME": "From env"}, flags={"grpc_port": 3333}
+    )
     assert s.grpc_port == 3333 and s.name == "From env" and s.skills[0]["id"] == "s"
 
 
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
-        ({"A2A_GRPC_PORT": "abc"}, "grpc_port (from environment A2A_GRPC_PORT): expected an integer"),
+        (
+            {"A2A_GRPC_PORT": "abc"},
+            "grpc_port (from environment A2A_GRPC_PORT): expected an integer",
+        ),
         ({"A2A_GRPC_PORT": "70000"}, "grpc_port: 70000 is not a port number"),
-        ({"A2A_PUSH_NOTIFICATIONS": "maybe"}, "push_notifications (from environment A2A_PUSH_NOTIFICATIONS): expected true or false"),
+        (
+            {"A2A_PUSH_NOTIFICATIONS": "maybe"},
+            "push_notifications (from environment A2A_PUSH_NOTIFICATIONS): expected true or false",
+        ),
         ({"A2A_AGENT": "command"}, "command: the command agent needs a program"),
         ({"A2A_LOG_LEVEL": "loud"}, "log_level"),
-        ({"A2A_STORE_COMMIT_INTERVAL_MS": "-1"}, "store_commit_interval_ms: must be between 0 and 1000"),
+        (
+            {"A2A_STORE_COMMIT_INTERVAL_MS": "-1"},
+            "store_commit_interval_ms: must be between 0 and 1000",
+        ),
     ],
 )
 def test_bad_values_name_the_key(env, fragment):
@@ -53,13 +66,27 @@ def test_default_store_is_sqlite_in_data_dir():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_help_explains_every_flag():
     out = run_cli("serve", "--help")
     assert out.returncode == 0
-    for flag in ("--host", "--grpc-port", "--http-port", "--store", "--agent", "--data-dir", "--config"):
+    for flag in (
+        "--host",
+        "--grpc-port",
+        "--http-port",
+        "--store",
+        "--agent",
+        "--data-dir",
+        "--config",
+    ):
         assert flag in out.stdout
     assert "A2A_GRPC_PORT" in out.stdout
 
@@ -72,7 +99,17 @@ def test_cli_rejects_bad_config_with_exit_2():
 
 
 def test_cli_reports_unknown_agent_without_traceback():
-    out = run_cli("serve", "--agent", "no.such.module:Agent", "--store", "memory:", "--grpc-port", "0", "--http-port", "-1")
+    out = run_cli(
+        "serve",
+        "--agent",
+        "no.such.module:Agent",
+        "--store",
+        "memory:",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "-1",
+    )
     assert out.returncode == 2  # a startup failure: one line naming the setting
     assert "cannot start: agent: " in out.stderr
     assert "cannot import module 'no.such.module'" in out.stderr

@@ -56,16 +56,26 @@ async def read_until_closed(reader: asyncio.StreamReader, seconds: float = BOUND
 
 
 async def http_service(start_service, **overrides):
-    settings = dict(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                    http_header_timeout_seconds=0.5, http_body_timeout_seconds=1.0,
-                    http_keepalive_timeout_seconds=0.5)
+    settings = dict(
+        http_port=0,
+        store="memory:",
+        agent="tests.agents:ScriptedAgent",
+        http_header_timeout_seconds=0.5,
+        http_body_timeout_seconds=1.0,
+        http_keepalive_timeout_seconds=0.5,
+    )
     settings.update(overrides)
     return await start_service(**settings)
 
 
 def send_request(text: str = "hello") -> bytes:
-    return (b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"'
-            + os.urandom(6).hex().encode() + b'","role":"ROLE_USER","parts":[{"text":"' + text.encode() + b'"}]}}}')
+    return (
+        b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"'
+        + os.urandom(6).hex().encode()
+        + b'","role":"ROLE_USER","parts":[{"text":"'
+        + text.encode()
+        + b'"}]}}}'
+    )
 
 
 # ------------------------------------------------------------------- HTTP deadlines
@@ -81,8 +91,10 @@ async def test_silent_and_slow_http_connections_are_closed(start_service):
     partial_w.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
     # Trickles a body, one byte at a time.
     trickle_r, trickle_w = await asyncio.open_connection("127.0.0.1", port)
-    trickle_w.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    b"A2A-Version: 1.0\r\nContent-Length: 1000\r\n\r\n{")
+    trickle_w.write(
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"A2A-Version: 1.0\r\nContent-Length: 1000\r\n\r\n{"
+    )
 
     async def trickle() -> None:
         for _ in range(int(BOUND / 0.1)):
@@ -97,7 +109,9 @@ async def test_silent_and_slow_http_connections_are_closed(start_service):
     kept_w.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     head = await asyncio.wait_for(kept_r.readuntil(b"\r\n\r\n"), BOUND)
     assert head.startswith(b"HTTP/1.1 200")
-    await asyncio.wait_for(kept_r.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])), BOUND)
+    await asyncio.wait_for(
+        kept_r.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])), BOUND
+    )
     kept_w.write(b"GET /health HTTP/1.1\r\nHo")
     # A keep-alive connection left idle after its response.
     idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)
@@ -115,17 +129,30 @@ async def test_silent_and_slow_http_connections_are_closed(start_service):
     assert service.http.guard.timed_out >= 4
     # Meanwhile and after, ordinary requests work.
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=BOUND) as client:
-        r = await client.post("/", content=send_request(), headers={**V1, "Content-Type": "application/json"})
-        assert r.status_code == 200 and r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        r = await client.post(
+            "/", content=send_request(), headers={**V1, "Content-Type": "application/json"}
+        )
+        assert (
+            r.status_code == 200
+            and r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        )
 
 
 async def test_a_request_that_arrives_whole_starts_no_timer(start_service):
     """The hot path: keep-alive requests sent whole leave no timer of ours behind."""
-    service = await http_service(start_service, http_header_timeout_seconds=30, http_body_timeout_seconds=30,
-                                 http_keepalive_timeout_seconds=30)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}", timeout=BOUND) as client:
+    service = await http_service(
+        start_service,
+        http_header_timeout_seconds=30,
+        http_body_timeout_seconds=30,
+        http_keepalive_timeout_seconds=30,
+    )
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{service.http_port}", timeout=BOUND
+    ) as client:
         for _ in range(5):
-            r = await client.post("/", content=send_request(), headers={**V1, "Content-Type": "application/json"})
+            r = await client.post(
+                "/", content=send_request(), headers={**V1, "Content-Type": "application/json"}
+            )
             assert r.status_code == 200
         (protocol,) = list(service.http._server.server_state.connections)
         assert protocol._timer is None and protocol._counted._timer is None
@@ -136,8 +163,13 @@ async def test_a_request_that_arrives_whole_starts_no_timer(start_service):
 
 
 async def test_past_the_cap_a_waiting_connection_is_evicted_else_503(start_service):
-    service = await http_service(start_service, max_connections=8, http_header_timeout_seconds=30,
-                                 http_body_timeout_seconds=30, http_keepalive_timeout_seconds=30)
+    service = await http_service(
+        start_service,
+        max_connections=8,
+        http_header_timeout_seconds=30,
+        http_body_timeout_seconds=30,
+        http_keepalive_timeout_seconds=30,
+    )
     port = service.http_port
     assert service.http.guard.cap == 8
     # Eight idle connections fill the cap; a new client evicts the oldest one.
@@ -190,8 +222,13 @@ async def test_tls_handshakes_count_and_have_the_header_deadline(start_service, 
     from tests.security_util import make_pki
 
     pki = make_pki(tmp_path / "pki")
-    service = await http_service(start_service, max_connections=2, http_header_timeout_seconds=0.5,
-                                 tls_cert_file=pki.server_pem, tls_key_file=pki.server_key)
+    service = await http_service(
+        start_service,
+        max_connections=2,
+        http_header_timeout_seconds=0.5,
+        tls_cert_file=pki.server_pem,
+        tls_key_file=pki.server_key,
+    )
     guard = service.http.guard
     silent = [await asyncio.open_connection("127.0.0.1", service.http_port) for _ in range(3)]
     answers = [await read_until_closed(reader) for reader, _ in silent]
@@ -200,8 +237,9 @@ async def test_tls_handshakes_count_and_have_the_header_deadline(start_service, 
     for _, writer in silent:
         writer.close()
     context = ssl.create_default_context(cafile=pki.ca_pem)
-    async with httpx.AsyncClient(base_url=f"https://localhost:{service.http_port}", verify=context,
-                                 timeout=BOUND) as client:
+    async with httpx.AsyncClient(
+        base_url=f"https://localhost:{service.http_port}", verify=context, timeout=BOUND
+    ) as client:
         assert (await client.get("/health")).status_code == 200
 
 
@@ -209,26 +247,43 @@ def test_the_cap_fits_the_descriptor_limit(monkeypatch):
     s = config.Settings(max_connections=1000)
     monkeypatch.setattr(netlimits, "raise_nofile_limit", lambda: (256, 256))
     assert netlimits.connection_cap(s) == (256 - 128) // 2  # two listeners share what is left
-    assert netlimits.connection_cap(config.Settings(max_connections=1000, http_port=-1)) == 256 - 128
+    assert (
+        netlimits.connection_cap(config.Settings(max_connections=1000, http_port=-1)) == 256 - 128
+    )
     assert netlimits.connection_cap(config.Settings(max_connections=10)) == 10
     monkeypatch.setattr(netlimits, "raise_nofile_limit", lambda: (1 << 20, 1 << 20))
     assert netlimits.connection_cap(s) == 1000
-    options = dict(netlimits.grpc_server_options(config.Settings(grpc_max_connection_age_seconds=0)))
+    options = dict(
+        netlimits.grpc_server_options(config.Settings(grpc_max_connection_age_seconds=0))
+    )
     assert options["grpc.max_allowed_incoming_connections"] == 1000
     assert options["grpc.server_handshake_timeout_ms"] == 10_000
     assert options["grpc.max_connection_idle_ms"] == 300_000
     assert "grpc.max_connection_age_ms" not in options  # 0 = no limit
-    for bad in ({"max_connections": 0}, {"fd_reserve": 1}, {"http_header_timeout_seconds": 0},
-                {"grpc_max_connection_idle_seconds": -1}):
+    for bad in (
+        {"max_connections": 0},
+        {"fd_reserve": 1},
+        {"http_header_timeout_seconds": 0},
+        {"grpc_max_connection_idle_seconds": -1},
+    ):
         with pytest.raises(config.ConfigError, match=next(iter(bad))):
             config.validate(config.Settings(**bad))
 
 
 def test_the_soft_descriptor_limit_is_raised_to_the_hard_one():
-    code = ("import resource; from service.netlimits import raise_nofile_limit; "
-            "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 512)); print(*raise_nofile_limit())")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+    code = (
+        "import resource; from service.netlimits import raise_nofile_limit; "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 512)); print(*raise_nofile_limit())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    ).stdout
     assert out.split() == ["512", "512"]
 
 
@@ -236,8 +291,12 @@ def test_the_soft_descriptor_limit_is_raised_to_the_hard_one():
 
 
 async def test_grpc_closes_silent_connections_caps_them_and_closes_idle_ones(start_service):
-    service = await start_service(store="memory:", max_connections=4, grpc_handshake_timeout_seconds=0.5,
-                                  grpc_max_connection_idle_seconds=0.5)
+    service = await start_service(
+        store="memory:",
+        max_connections=4,
+        grpc_handshake_timeout_seconds=0.5,
+        grpc_max_connection_idle_seconds=0.5,
+    )
     port = service.grpc_port
     silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(6)]
     # Past the cap of 4 the extra ones are closed at once, without a byte; the others get
@@ -249,7 +308,9 @@ async def test_grpc_closes_silent_connections_caps_them_and_closes_idle_ones(sta
         writer.close()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=BOUND, wait_for_ready=True)
+        reply = await health.Check(
+            health_pb2.HealthCheckRequest(), timeout=BOUND, wait_for_ready=True
+        )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
         # A connection without calls is closed (GOAWAY) after the idle limit: the channel goes idle.
         for _ in range(int(BOUND / 0.05)):
@@ -259,7 +320,9 @@ async def test_grpc_closes_silent_connections_caps_them_and_closes_idle_ones(sta
         else:
             raise AssertionError("the idle gRPC connection was not closed")
         # ... and the next call simply reconnects.
-        reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=BOUND, wait_for_ready=True)
+        reply = await health.Check(
+            health_pb2.HealthCheckRequest(), timeout=BOUND, wait_for_ready=True
+        )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -272,11 +335,15 @@ async def test_an_aborted_upload_is_not_an_internal_error(start_service, caplog)
     uploads = []
     for path in (b"/", b"/message:send"):
         reader, writer = await asyncio.open_connection("127.0.0.1", service.http_port)
-        writer.write(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"A2A-Version: 1.0\r\nContent-Length: 100000\r\n\r\n" + b'{"x":"' + b"y" * 1000)
+        writer.write(
+            b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"A2A-Version: 1.0\r\nContent-Length: 100000\r\n\r\n" + b'{"x":"' + b"y" * 1000
+        )
         await writer.drain()
         uploads.append(writer)
-    await eventually(lambda: service.http.in_flight() == 2, BOUND, "both endpoints reading their bodies")
+    await eventually(
+        lambda: service.http.in_flight() == 2, BOUND, "both endpoints reading their bodies"
+    )
     for writer in uploads:
         writer.close()
     await eventually(lambda: service.http.in_flight() == 0, BOUND, "both requests ended")
@@ -296,8 +363,10 @@ def test_repeated_errors_are_summarised_without_tracebacks():
     try:
         emfile = OSError(errno.EMFILE, "Too many open files")
         for _ in range(10_000):
-            logger.error("socket.accept() out of system resource\nsocket: <fd=6>",
-                         exc_info=(OSError, emfile, None))
+            logger.error(
+                "socket.accept() out of system resource\nsocket: <fd=6>",
+                exc_info=(OSError, emfile, None),
+            )
         logger.warning("another kind")
         now[0] = 61.0
         logger.warning("another kind")  # a later record brings the summary of the ended window
@@ -330,14 +399,37 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
     short deadlines; hundreds of idle, half-sent and trickling sockets on both ports."""
     receiver = await Receiver().start()
     grpc_port, http_port = free_port(), free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "A2A_MAX_CONNECTIONS": "64",
-           "A2A_HTTP_HEADER_TIMEOUT_SECONDS": "1.5", "A2A_HTTP_BODY_TIMEOUT_SECONDS": "2",
-           "A2A_HTTP_KEEPALIVE_TIMEOUT_SECONDS": "1", "A2A_GRPC_HANDSHAKE_TIMEOUT_SECONDS": "1.5",
-           "A2A_PUSH_ALLOW_NETWORKS": "127.0.0.0/8", "A2A_PUSH_NOTIFICATIONS": "true"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "A2A_MAX_CONNECTIONS": "64",
+        "A2A_HTTP_HEADER_TIMEOUT_SECONDS": "1.5",
+        "A2A_HTTP_BODY_TIMEOUT_SECONDS": "2",
+        "A2A_HTTP_KEEPALIVE_TIMEOUT_SECONDS": "1",
+        "A2A_GRPC_HANDSHAKE_TIMEOUT_SECONDS": "1.5",
+        "A2A_PUSH_ALLOW_NETWORKS": "127.0.0.0/8",
+        "A2A_PUSH_NOTIFICATIONS": "true",
+    }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--grpc-port", str(grpc_port),
-        "--http-port", str(http_port), "--data-dir", str(tmp_path / "data"), "--agent", "echo",
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_limited_nofile,
+        sys.executable,
+        "-m",
+        "service",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--agent",
+        "echo",
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_limited_nofile,
     )
     assert proc.stdout is not None
     flood: list[socket.socket] = []
@@ -351,7 +443,9 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
             assert line, output.decode(errors="replace")
             output += line
 
-        async def collect() -> None:  # the log, read as it comes (a full pipe would stall the server)
+        async def collect() -> (
+            None
+        ):  # the log, read as it comes (a full pipe would stall the server)
             while chunk := await proc.stdout.read(65536):
                 if len(output) < 1 << 20:
                     output.extend(chunk[: (1 << 20) - len(output)])
@@ -374,9 +468,17 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
             return s
 
         silent = [connect(http_port) for _ in range(300)]
-        partial = [connect(http_port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Ty") for _ in range(100)]
-        trickling = [connect(http_port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             b"A2A-Version: 1.0\r\nContent-Length: 5000\r\n\r\n{") for _ in range(50)]
+        partial = [
+            connect(http_port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Ty") for _ in range(100)
+        ]
+        trickling = [
+            connect(
+                http_port,
+                b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"A2A-Version: 1.0\r\nContent-Length: 5000\r\n\r\n{",
+            )
+            for _ in range(50)
+        ]
         grpc_silent = [connect(grpc_port) for _ in range(200)]
         pending = set(flood)
         with selectors.DefaultSelector() as sel:  # wait (bounded) until every connect is through
@@ -398,15 +500,20 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
 
         # While they are open: HTTP health and SendMessage from a new client, gRPC health and
         # SendMessage (with a push notification) on the existing channel, push delivery.
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}", timeout=BOUND) as client:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{http_port}", timeout=BOUND
+        ) as client:
             assert (await client.get("/health")).status_code == 200
-            r = await client.post("/", content=send_request(), headers={**V1, "Content-Type": "application/json"})
+            r = await client.post(
+                "/", content=send_request(), headers={**V1, "Content-Type": "application/json"}
+            )
             assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=BOUND)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
         request = pb.SendMessageRequest(message=user_message("pushed"))
         request.configuration.task_push_notification_config.CopyFrom(
-            pb.TaskPushNotificationConfig(url=receiver.url))
+            pb.TaskPushNotificationConfig(url=receiver.url)
+        )
         task = (await a2a_pb2_grpc.A2AServiceStub(channel).SendMessage(request, timeout=BOUND)).task
         assert task.status.state == pb.TASK_STATE_COMPLETED
         await eventually(lambda: len(receiver.requests) >= 1, BOUND, "a push notification")
@@ -445,23 +552,30 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
         assert not open_, f"{len(open_)} flood sockets still open"
         for s in silent + partial:
             assert answers[s] in (b"", BUSY_RESPONSE), answers[s][:100]
-        for s in grpc_silent:  # past grpc's cap: nothing; else its SETTINGS, then GOAWAY at the deadline
+        for s in (
+            grpc_silent
+        ):  # past grpc's cap: nothing; else its SETTINGS, then GOAWAY at the deadline
             assert answers[s] == b"" or answers[s].endswith(b"handshake timeout"), answers[s][-100:]
         for s in trickling:
             assert answers[s].startswith((b"HTTP/1.1 408", b"HTTP/1.1 503")), answers[s][:100]
         assert sum(answers[s].startswith(b"HTTP/1.1 408") for s in trickling) >= 1
-        tally = {"http 503": sum(answers[s] == BUSY_RESPONSE for s in silent + partial + trickling),
-                 "http closed silently": sum(answers[s] == b"" for s in silent + partial),
-                 "http 408": sum(answers[s].startswith(b"HTTP/1.1 408") for s in trickling),
-                 "grpc refused": sum(answers[s] == b"" for s in grpc_silent),
-                 "grpc handshake timeout": sum(answers[s] != b"" for s in grpc_silent)}
+        tally = {
+            "http 503": sum(answers[s] == BUSY_RESPONSE for s in silent + partial + trickling),
+            "http closed silently": sum(answers[s] == b"" for s in silent + partial),
+            "http 408": sum(answers[s].startswith(b"HTTP/1.1 408") for s in trickling),
+            "grpc refused": sum(answers[s] == b"" for s in grpc_silent),
+            "grpc handshake timeout": sum(answers[s] != b"" for s in grpc_silent),
+        }
 
         # Afterwards: a new gRPC connection, health on both, and no descriptor trouble.
         async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as fresh:
             reply = await health_pb2_grpc.HealthStub(fresh).Check(
-                health_pb2.HealthCheckRequest(), timeout=BOUND, wait_for_ready=True)
+                health_pb2.HealthCheckRequest(), timeout=BOUND, wait_for_ready=True
+            )
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}", timeout=BOUND) as client:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{http_port}", timeout=BOUND
+        ) as client:
             assert (await client.get("/health")).status_code == 200
         await channel.close()
         assert 0 < peak < 256
@@ -480,8 +594,14 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
             await asyncio.wait_for(collector, 10)
     log = bytes(output)
     text = log.decode(errors="replace")
-    print(f"\nproof: {len(flood)} flood sockets ({tally}), peak {peak} descriptors of 256, "
-          f"server log {len(log)} bytes:\n{text}")
+    print(
+        f"\nproof: {len(flood)} flood sockets ({tally}), peak {peak} descriptors of 256, "
+        f"server log {len(log)} bytes:\n{text}"
+    )
     assert proc.returncode == 0, text
-    assert "Traceback" not in text and "Too many open files" not in text and "internal error" not in text, text
+    assert (
+        "Traceback" not in text
+        and "Too many open files" not in text
+        and "internal error" not in text
+    ), text
     assert len(log) < 6000, text

@@ -34,7 +34,9 @@ async def test_new_message_creates_task_with_server_ids(stub):
 
 
 async def test_context_id_kept_when_given(stub):
-    resp = await stub.SendMessage(pb.SendMessageRequest(message=user_message("echo", context_id="ctx-1")))
+    resp = await stub.SendMessage(
+        pb.SendMessageRequest(message=user_message("echo", context_id="ctx-1"))
+    )
     assert resp.task.context_id == "ctx-1"
 
 
@@ -55,7 +57,10 @@ async def test_multi_turn_input_required_then_follow_up(stub):
     second = (await stub.SendMessage(pb.SendMessageRequest(message=follow))).task
     assert second.id == first.id and second.context_id == first.context_id
     assert second.status.state == pb.TASK_STATE_COMPLETED
-    assert [m.parts[0].text for m in second.history if m.role == pb.ROLE_USER] == ["input which file?", "readme"]
+    assert [m.parts[0].text for m in second.history if m.role == pb.ROLE_USER] == [
+        "input which file?",
+        "readme",
+    ]
     assert second.artifacts[-1].parts[0].text == "follow-up: readme"
 
 
@@ -76,29 +81,38 @@ async def test_auth_required_is_interrupted(stub):
 async def test_follow_up_to_terminal_task_is_unsupported(stub):
     task = (await stub.SendMessage(send("echo"))).task
     msg = user_message("again", task_id=task.id)
-    err = await expect_error(stub.SendMessage(pb.SendMessageRequest(message=msg)),
-                             C.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION")
+    err = await expect_error(
+        stub.SendMessage(pb.SendMessageRequest(message=msg)),
+        C.FAILED_PRECONDITION,
+        "UNSUPPORTED_OPERATION",
+    )
     assert "COMPLETED" in err.details()
 
 
 async def test_follow_up_to_unknown_task_is_not_found(stub):
     msg = user_message("hi", task_id="no-such-task")
-    await expect_error(stub.SendMessage(pb.SendMessageRequest(message=msg)), C.NOT_FOUND, "TASK_NOT_FOUND")
+    await expect_error(
+        stub.SendMessage(pb.SendMessageRequest(message=msg)), C.NOT_FOUND, "TASK_NOT_FOUND"
+    )
 
 
 async def test_task_and_context_mismatch_rejected(stub):
     task = (await stub.SendMessage(send("input"))).task
     msg = user_message("x", task_id=task.id, context_id="other-context")
-    err = await expect_error(stub.SendMessage(pb.SendMessageRequest(message=msg)),
-                             C.INVALID_ARGUMENT, "INVALID_PARAMS")
+    err = await expect_error(
+        stub.SendMessage(pb.SendMessageRequest(message=msg)), C.INVALID_ARGUMENT, "INVALID_PARAMS"
+    )
     assert error_details(err)[1][0][0] == "message.contextId"
 
 
 async def test_second_message_to_working_task_rejected(stub):
     task = (await stub.SendMessage(send("hang", return_immediately=True))).task
     msg = user_message("more", task_id=task.id)
-    err = await expect_error(stub.SendMessage(pb.SendMessageRequest(message=msg)),
-                             C.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION")
+    err = await expect_error(
+        stub.SendMessage(pb.SendMessageRequest(message=msg)),
+        C.FAILED_PRECONDITION,
+        "UNSUPPORTED_OPERATION",
+    )
     assert err.details() == "Task is already working."
     await stub.CancelTask(pb.CancelTaskRequest(id=task.id))
 
@@ -119,21 +133,40 @@ async def test_different_contexts_run_in_parallel(stub):
         ("message.role", pb.Message(message_id="m1", parts=[pb.Part(text="x")])),
         ("message.parts", pb.Message(message_id="m1", role=pb.ROLE_USER)),
         ("message.parts[0]", pb.Message(message_id="m1", role=pb.ROLE_USER, parts=[pb.Part()])),
-        ("message.messageId", pb.Message(message_id="bad id!", role=pb.ROLE_USER, parts=[pb.Part(text="x")])),
-        ("message.messageId", pb.Message(message_id="x" * 129, role=pb.ROLE_USER, parts=[pb.Part(text="x")])),
-        ("message.contextId", pb.Message(message_id="m", context_id="a/b", role=pb.ROLE_USER, parts=[pb.Part(text="x")])),
-        ("message.taskId", pb.Message(message_id="m", task_id="ü", role=pb.ROLE_USER, parts=[pb.Part(text="x")])),
+        (
+            "message.messageId",
+            pb.Message(message_id="bad id!", role=pb.ROLE_USER, parts=[pb.Part(text="x")]),
+        ),
+        (
+            "message.messageId",
+            pb.Message(message_id="x" * 129, role=pb.ROLE_USER, parts=[pb.Part(text="x")]),
+        ),
+        (
+            "message.contextId",
+            pb.Message(
+                message_id="m", context_id="a/b", role=pb.ROLE_USER, parts=[pb.Part(text="x")]
+            ),
+        ),
+        (
+            "message.taskId",
+            pb.Message(message_id="m", task_id="ü", role=pb.ROLE_USER, parts=[pb.Part(text="x")]),
+        ),
     ],
 )
 async def test_invalid_params_name_the_field(stub, field, message):
-    err = await expect_error(stub.SendMessage(pb.SendMessageRequest(message=message)),
-                             C.INVALID_ARGUMENT, "INVALID_PARAMS")
+    err = await expect_error(
+        stub.SendMessage(pb.SendMessageRequest(message=message)),
+        C.INVALID_ARGUMENT,
+        "INVALID_PARAMS",
+    )
     assert error_details(err)[1][0][0] == field
     assert field in err.details()
 
 
 async def test_missing_message_is_invalid_params(stub):
-    err = await expect_error(stub.SendMessage(pb.SendMessageRequest()), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+    err = await expect_error(
+        stub.SendMessage(pb.SendMessageRequest()), C.INVALID_ARGUMENT, "INVALID_PARAMS"
+    )
     assert error_details(err)[1] == [("message", "is required")]
 
 
@@ -169,20 +202,35 @@ async def test_history_length_everywhere(stub):
     assert all(len(t.history) <= 1 for t in listed.tasks)
     sent = await stub.SendMessage(send("echo", history_length=0))
     assert len(sent.task.history) == 0
-    await expect_error(stub.GetTask(pb.GetTaskRequest(id=first.id, history_length=-1)),
-                       C.INVALID_ARGUMENT, "INVALID_PARAMS")
-    await expect_error(stub.ListTasks(pb.ListTasksRequest(history_length=-1)), C.INVALID_ARGUMENT, "INVALID_PARAMS")
-    await expect_error(stub.SendMessage(send("echo", history_length=-2)), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+    await expect_error(
+        stub.GetTask(pb.GetTaskRequest(id=first.id, history_length=-1)),
+        C.INVALID_ARGUMENT,
+        "INVALID_PARAMS",
+    )
+    await expect_error(
+        stub.ListTasks(pb.ListTasksRequest(history_length=-1)), C.INVALID_ARGUMENT, "INVALID_PARAMS"
+    )
+    await expect_error(
+        stub.SendMessage(send("echo", history_length=-2)), C.INVALID_ARGUMENT, "INVALID_PARAMS"
+    )
 
 
 async def test_list_tasks_filters_paging_and_order(stub):
     ids = []
     for i in range(7):
         ctx = "ctx-a" if i % 2 == 0 else "ctx-b"
-        resp = await stub.SendMessage(pb.SendMessageRequest(message=user_message("echo" if i != 3 else "fail", context_id=ctx)))
+        resp = await stub.SendMessage(
+            pb.SendMessageRequest(
+                message=user_message("echo" if i != 3 else "fail", context_id=ctx)
+            )
+        )
         ids.append(resp.task.id)
     everything = await stub.ListTasks(pb.ListTasksRequest())
-    assert everything.total_size == 7 and everything.page_size == 50 and everything.next_page_token == ""
+    assert (
+        everything.total_size == 7
+        and everything.page_size == 50
+        and everything.next_page_token == ""
+    )
     stamps = [(t.status.timestamp.ToMicroseconds(), t.id) for t in everything.tasks]
     assert stamps == sorted(stamps, reverse=True)
     assert all(len(t.artifacts) == 0 for t in everything.tasks)
@@ -205,40 +253,67 @@ async def test_list_tasks_filters_paging_and_order(stub):
     newer = await stub.ListTasks(pb.ListTasksRequest(status_timestamp_after=after))
     assert [t.id for t in newer.tasks] == [t.id for t in everything.tasks[:2]]
     for bad in (0, 101, -5):
-        await expect_error(stub.ListTasks(pb.ListTasksRequest(page_size=bad)), C.INVALID_ARGUMENT, "INVALID_PARAMS")
-    await expect_error(stub.ListTasks(pb.ListTasksRequest(page_token="garbage!")), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+        await expect_error(
+            stub.ListTasks(pb.ListTasksRequest(page_size=bad)), C.INVALID_ARGUMENT, "INVALID_PARAMS"
+        )
+    await expect_error(
+        stub.ListTasks(pb.ListTasksRequest(page_token="garbage!")),
+        C.INVALID_ARGUMENT,
+        "INVALID_PARAMS",
+    )
 
 
 async def test_cancel_running_task(stub):
     task = (await stub.SendMessage(send("hang", return_immediately=True))).task
     for _ in range(100):  # wait until the agent is inside its turn
-        if (await stub.GetTask(pb.GetTaskRequest(id=task.id))).status.state == pb.TASK_STATE_WORKING:
+        if (
+            await stub.GetTask(pb.GetTaskRequest(id=task.id))
+        ).status.state == pb.TASK_STATE_WORKING:
             break
         await asyncio.sleep(0.01)
     canceled = await stub.CancelTask(pb.CancelTaskRequest(id=task.id))
     assert canceled.status.state == pb.TASK_STATE_CANCELED
-    assert (await stub.GetTask(pb.GetTaskRequest(id=task.id))).status.state == pb.TASK_STATE_CANCELED
-    await expect_error(stub.CancelTask(pb.CancelTaskRequest(id=task.id)), C.FAILED_PRECONDITION, "TASK_NOT_CANCELABLE")
+    assert (
+        await stub.GetTask(pb.GetTaskRequest(id=task.id))
+    ).status.state == pb.TASK_STATE_CANCELED
+    await expect_error(
+        stub.CancelTask(pb.CancelTaskRequest(id=task.id)),
+        C.FAILED_PRECONDITION,
+        "TASK_NOT_CANCELABLE",
+    )
 
 
 async def test_cancel_paused_and_interrupted_tasks(stub):
     asked = (await stub.SendMessage(send("ask hmm"))).task
-    assert (await stub.CancelTask(pb.CancelTaskRequest(id=asked.id))).status.state == pb.TASK_STATE_CANCELED
+    assert (
+        await stub.CancelTask(pb.CancelTaskRequest(id=asked.id))
+    ).status.state == pb.TASK_STATE_CANCELED
     waiting = (await stub.SendMessage(send("input"))).task
-    assert (await stub.CancelTask(pb.CancelTaskRequest(id=waiting.id))).status.state == pb.TASK_STATE_CANCELED
+    assert (
+        await stub.CancelTask(pb.CancelTaskRequest(id=waiting.id))
+    ).status.state == pb.TASK_STATE_CANCELED
 
 
 async def test_cancel_unknown_and_terminal(stub):
-    await expect_error(stub.CancelTask(pb.CancelTaskRequest(id="nope")), C.NOT_FOUND, "TASK_NOT_FOUND")
+    await expect_error(
+        stub.CancelTask(pb.CancelTaskRequest(id="nope")), C.NOT_FOUND, "TASK_NOT_FOUND"
+    )
     done = (await stub.SendMessage(send("echo"))).task
-    await expect_error(stub.CancelTask(pb.CancelTaskRequest(id=done.id)), C.FAILED_PRECONDITION, "TASK_NOT_CANCELABLE")
+    await expect_error(
+        stub.CancelTask(pb.CancelTaskRequest(id=done.id)),
+        C.FAILED_PRECONDITION,
+        "TASK_NOT_CANCELABLE",
+    )
 
 
 async def test_stream_new_task_order(stub):
     events = await drain(stub.SendStreamingMessage(send("chunks 3")))
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[0] == "task"
-    assert kinds[-1] == "status_update" and events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+    assert (
+        kinds[-1] == "status_update"
+        and events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+    )
     chunks = [e.artifact_update for e in events if e.WhichOneof("payload") == "artifact_update"]
     assert [c.artifact.parts[0].text for c in chunks] == ["c0", "c1", "c2"]
     assert [c.append for c in chunks] == [False, True, True]
@@ -283,10 +358,16 @@ async def test_subscribers_get_same_events_and_one_leaving_affects_none(stub):
 
 async def test_subscribe_to_terminal_task_is_unsupported(stub):
     done = (await stub.SendMessage(send("echo"))).task
-    await expect_error(drain(stub.SubscribeToTask(pb.SubscribeToTaskRequest(id=done.id))),
-                       C.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION")
-    await expect_error(drain(stub.SubscribeToTask(pb.SubscribeToTaskRequest(id="missing"))),
-                       C.NOT_FOUND, "TASK_NOT_FOUND")
+    await expect_error(
+        drain(stub.SubscribeToTask(pb.SubscribeToTaskRequest(id=done.id))),
+        C.FAILED_PRECONDITION,
+        "UNSUPPORTED_OPERATION",
+    )
+    await expect_error(
+        drain(stub.SubscribeToTask(pb.SubscribeToTaskRequest(id="missing"))),
+        C.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    )
 
 
 async def test_agent_exception_fails_task_with_sanitized_message(stub, caplog):
@@ -316,43 +397,77 @@ async def test_fail_and_reject_states(stub):
 async def test_version_metadata(stub):
     ok = await stub.SendMessage(send("echo"), metadata=(("a2a-version", "1.0"),))
     assert ok.task.status.state == pb.TASK_STATE_COMPLETED
-    err = await expect_error(stub.SendMessage(send("echo"), metadata=(("a2a-version", "0.3"),)),
-                             C.FAILED_PRECONDITION, "VERSION_NOT_SUPPORTED")
+    err = await expect_error(
+        stub.SendMessage(send("echo"), metadata=(("a2a-version", "0.3"),)),
+        C.FAILED_PRECONDITION,
+        "VERSION_NOT_SUPPORTED",
+    )
     assert "1.0" in err.details() and "A2A-Version" in err.details()
-    await expect_error(stub.GetTask(pb.GetTaskRequest(id="x"), metadata=(("a2a-version", "2.0"),)),
-                       C.FAILED_PRECONDITION, "VERSION_NOT_SUPPORTED")
+    await expect_error(
+        stub.GetTask(pb.GetTaskRequest(id="x"), metadata=(("a2a-version", "2.0"),)),
+        C.FAILED_PRECONDITION,
+        "VERSION_NOT_SUPPORTED",
+    )
 
 
 async def test_get_task_not_found_and_required_id(stub):
     await expect_error(stub.GetTask(pb.GetTaskRequest(id="nope")), C.NOT_FOUND, "TASK_NOT_FOUND")
-    err = await expect_error(stub.GetTask(pb.GetTaskRequest()), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+    err = await expect_error(
+        stub.GetTask(pb.GetTaskRequest()), C.INVALID_ARGUMENT, "INVALID_PARAMS"
+    )
     assert error_details(err)[1] == [("id", "is required")]
 
 
 async def test_push_config_crud(stub):
     task = (await stub.SendMessage(send("input"))).task
-    cfg = pb.TaskPushNotificationConfig(task_id=task.id, id="hook-1", url="https://example.com/hook", token="t")
+    cfg = pb.TaskPushNotificationConfig(
+        task_id=task.id, id="hook-1", url="https://example.com/hook", token="t"
+    )
     created = await stub.CreateTaskPushNotificationConfig(cfg)
     assert created.id == "hook-1" and created.url == cfg.url
     generated = await stub.CreateTaskPushNotificationConfig(
-        pb.TaskPushNotificationConfig(task_id=task.id, url="https://example.com/2"))
+        pb.TaskPushNotificationConfig(task_id=task.id, url="https://example.com/2")
+    )
     assert generated.id
-    got = await stub.GetTaskPushNotificationConfig(pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1"))
+    got = await stub.GetTaskPushNotificationConfig(
+        pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+    )
     assert got.token == "t"
-    listed = await stub.ListTaskPushNotificationConfigs(pb.ListTaskPushNotificationConfigsRequest(task_id=task.id))
+    listed = await stub.ListTaskPushNotificationConfigs(
+        pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
     assert {c.id for c in listed.configs} == {"hook-1", generated.id}
     page = await stub.ListTaskPushNotificationConfigs(
-        pb.ListTaskPushNotificationConfigsRequest(task_id=task.id, page_size=1))
+        pb.ListTaskPushNotificationConfigsRequest(task_id=task.id, page_size=1)
+    )
     assert len(page.configs) == 1 and page.next_page_token
-    await stub.DeleteTaskPushNotificationConfig(pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1"))
-    await stub.DeleteTaskPushNotificationConfig(pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1"))
+    await stub.DeleteTaskPushNotificationConfig(
+        pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+    )
+    await stub.DeleteTaskPushNotificationConfig(
+        pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+    )
     await expect_error(
-        stub.GetTaskPushNotificationConfig(pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")),
-        C.NOT_FOUND, "TASK_NOT_FOUND")
-    await expect_error(stub.CreateTaskPushNotificationConfig(
-        pb.TaskPushNotificationConfig(task_id="missing", url="https://e.com")), C.NOT_FOUND, "TASK_NOT_FOUND")
-    err = await expect_error(stub.CreateTaskPushNotificationConfig(
-        pb.TaskPushNotificationConfig(task_id=task.id, url="ftp://e.com")), C.INVALID_ARGUMENT, "INVALID_PARAMS")
+        stub.GetTaskPushNotificationConfig(
+            pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+        ),
+        C.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    )
+    await expect_error(
+        stub.CreateTaskPushNotificationConfig(
+            pb.TaskPushNotificationConfig(task_id="missing", url="https://e.com")
+        ),
+        C.NOT_FOUND,
+        "TASK_NOT_FOUND",
+    )
+    err = await expect_error(
+        stub.CreateTaskPushNotificationConfig(
+            pb.TaskPushNotificationConfig(task_id=task.id, url="ftp://e.com")
+        ),
+        C.INVALID_ARGUMENT,
+        "INVALID_PARAMS",
+    )
     assert error_details(err)[1][0][0] == "url"
 
 
@@ -362,25 +477,41 @@ async def test_push_disabled_is_push_not_supported(start_service):
         from gen import a2a_pb2_grpc
 
         s = a2a_pb2_grpc.A2AServiceStub(channel)
-        await expect_error(s.ListTaskPushNotificationConfigs(pb.ListTaskPushNotificationConfigsRequest(task_id="t")),
-                           C.FAILED_PRECONDITION, "PUSH_NOTIFICATION_NOT_SUPPORTED")
+        await expect_error(
+            s.ListTaskPushNotificationConfigs(
+                pb.ListTaskPushNotificationConfigsRequest(task_id="t")
+            ),
+            C.FAILED_PRECONDITION,
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        )
         req = send("echo")
         req.configuration.task_push_notification_config.url = "https://example.com"
-        await expect_error(s.SendMessage(req), C.FAILED_PRECONDITION, "PUSH_NOTIFICATION_NOT_SUPPORTED")
+        await expect_error(
+            s.SendMessage(req), C.FAILED_PRECONDITION, "PUSH_NOTIFICATION_NOT_SUPPORTED"
+        )
 
 
 async def test_extended_card_not_offered_by_default(stub):
-    await expect_error(stub.GetExtendedAgentCard(pb.GetExtendedAgentCardRequest()),
-                       C.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION")
+    await expect_error(
+        stub.GetExtendedAgentCard(pb.GetExtendedAgentCardRequest()),
+        C.FAILED_PRECONDITION,
+        "UNSUPPORTED_OPERATION",
+    )
 
 
 async def test_extended_card_configured(start_service):
-    service = await start_service(store="memory:", agent="echo", extended_card=True,
-                                  extended_skills=[{"id": "admin", "name": "Admin", "description": "d", "tags": ["x"]}])
+    service = await start_service(
+        store="memory:",
+        agent="echo",
+        extended_card=True,
+        extended_skills=[{"id": "admin", "name": "Admin", "description": "d", "tags": ["x"]}],
+    )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         from gen import a2a_pb2_grpc
 
-        card = await a2a_pb2_grpc.A2AServiceStub(channel).GetExtendedAgentCard(pb.GetExtendedAgentCardRequest())
+        card = await a2a_pb2_grpc.A2AServiceStub(channel).GetExtendedAgentCard(
+            pb.GetExtendedAgentCardRequest()
+        )
         assert "admin" in [s.id for s in card.skills] and "echo" in [s.id for s in card.skills]
         assert card.capabilities.extended_agent_card
 
@@ -390,18 +521,29 @@ async def test_extended_card_enabled_without_content(start_service):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         from gen import a2a_pb2_grpc
 
-        await expect_error(a2a_pb2_grpc.A2AServiceStub(channel).GetExtendedAgentCard(pb.GetExtendedAgentCardRequest()),
-                           C.FAILED_PRECONDITION, "EXTENDED_AGENT_CARD_NOT_CONFIGURED")
+        await expect_error(
+            a2a_pb2_grpc.A2AServiceStub(channel).GetExtendedAgentCard(
+                pb.GetExtendedAgentCardRequest()
+            ),
+            C.FAILED_PRECONDITION,
+            "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        )
 
 
 async def test_required_extension(start_service):
-    service = await start_service(store="memory:", agent="echo", required_extensions=["urn:x:ext:v1"])
+    service = await start_service(
+        store="memory:", agent="echo", required_extensions=["urn:x:ext:v1"]
+    )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         from gen import a2a_pb2_grpc
 
         s = a2a_pb2_grpc.A2AServiceStub(channel)
-        await expect_error(s.SendMessage(send("echo")), C.FAILED_PRECONDITION, "EXTENSION_SUPPORT_REQUIRED")
-        ok = await s.SendMessage(send("echo"), metadata=(("a2a-extensions", "urn:other, urn:x:ext:v1"),))
+        await expect_error(
+            s.SendMessage(send("echo")), C.FAILED_PRECONDITION, "EXTENSION_SUPPORT_REQUIRED"
+        )
+        ok = await s.SendMessage(
+            send("echo"), metadata=(("a2a-extensions", "urn:other, urn:x:ext:v1"),)
+        )
         assert ok.task.status.state == pb.TASK_STATE_COMPLETED
 
 

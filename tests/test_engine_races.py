@@ -28,8 +28,11 @@ CALL = CallContext()
 
 @pytest.fixture
 async def service(tmp_path):
-    s = Service(make_settings(tmp_path, store="memory:", agent="tests.agents:ScriptedAgent",
-                              push_notifications=False))
+    s = Service(
+        make_settings(
+            tmp_path, store="memory:", agent="tests.agents:ScriptedAgent", push_notifications=False
+        )
+    )
     await s.start()
     yield s
     await s.stop()
@@ -85,7 +88,9 @@ async def test_refused_cancel_during_a_commit_keeps_the_live_run(service):
     await asyncio.sleep(0.6)
     got = await service.api.GetTask(pb.GetTaskRequest(id=task.id), CALL)
     assert got.status.state == pb.TASK_STATE_COMPLETED
-    assert (await service.engine.store.get(Scope(), task.id)).status.state == pb.TASK_STATE_COMPLETED
+    assert (
+        await service.engine.store.get(Scope(), task.id)
+    ).status.state == pb.TASK_STATE_COMPLETED
     assert not service.engine._runs
 
 
@@ -119,7 +124,10 @@ async def test_a_caller_leaving_during_a_load_does_not_fail_the_others(service):
 async def test_out_of_range_list_values_are_invalid_params(service):
     too_late = pb.ListTasksRequest()
     too_late.status_timestamp_after.seconds = 2**60
-    for req in (too_late, pb.ListTasksRequest(page_token=encode_cursor(b"k" * 32, Scope(), (10**18, "x")))):
+    for req in (
+        too_late,
+        pb.ListTasksRequest(page_token=encode_cursor(b"k" * 32, Scope(), (10**18, "x"))),
+    ):
         with pytest.raises(InvalidParamsError):
             await service.api.ListTasks(req, CALL)
 
@@ -128,7 +136,9 @@ async def test_page_tokens_are_tamper_evident(service):
     import base64
 
     for i in range(3):
-        await service.api.SendMessage(pb.SendMessageRequest(message=user_message(f"echo {i}")), CALL)
+        await service.api.SendMessage(
+            pb.SendMessageRequest(message=user_message(f"echo {i}")), CALL
+        )
     first = await service.api.ListTasks(pb.ListTasksRequest(page_size=1), CALL)
     token = first.next_page_token
     second = await service.api.ListTasks(pb.ListTasksRequest(page_size=1, page_token=token), CALL)
@@ -138,7 +148,9 @@ async def test_page_tokens_are_tamper_evident(service):
     raw = bytearray(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     raw[3] ^= 1
     altered = base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
-    other = encode_cursor(service.store.page_token_key, Scope(owner="someone-else"), (10**15, first.tasks[0].id))
+    other = encode_cursor(
+        service.store.page_token_key, Scope(owner="someone-else"), (10**15, first.tasks[0].id)
+    )
     for bad in (forged, altered, other, "x"):
         with pytest.raises(InvalidParamsError, match="pageToken"):
             await service.api.ListTasks(pb.ListTasksRequest(page_size=1, page_token=bad), CALL)
@@ -146,14 +158,25 @@ async def test_page_tokens_are_tamper_evident(service):
 
 async def test_cancel_right_after_start_cancels(service):
     turn = await service.engine.send(Scope(), user_message("hang"), None, return_immediately=True)
-    canceled = await service.engine.cancel(Scope(), turn.run.task_id)  # before the agent's first step
+    canceled = await service.engine.cancel(
+        Scope(), turn.run.task_id
+    )  # before the agent's first step
     assert canceled.status.state == pb.TASK_STATE_CANCELED
 
 
 @pytest.mark.parametrize(("interval_ms", "most_saves"), [(60_000, 3), (0, None)])
-async def test_a_running_agents_events_share_commits_and_its_end_commits_at_once(tmp_path, interval_ms, most_saves):
-    s = Service(make_settings(tmp_path, store="memory:", agent="tests.agents:ScriptedAgent",
-                              push_notifications=False, store_commit_interval_ms=interval_ms))
+async def test_a_running_agents_events_share_commits_and_its_end_commits_at_once(
+    tmp_path, interval_ms, most_saves
+):
+    s = Service(
+        make_settings(
+            tmp_path,
+            store="memory:",
+            agent="tests.agents:ScriptedAgent",
+            push_notifications=False,
+            store_commit_interval_ms=interval_ms,
+        )
+    )
     await s.start()
     try:
         saves: list[int] = []

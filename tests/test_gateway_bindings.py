@@ -29,9 +29,13 @@ async def _clients(service, binding: str):
         return channels[-1]
 
     def config(streaming: bool) -> ClientConfig:
-        return ClientConfig(streaming=streaming, supported_protocol_bindings=[binding],
-                            use_client_preference=True, httpx_client=http,
-                            grpc_channel_factory=channel_factory)
+        return ClientConfig(
+            streaming=streaming,
+            supported_protocol_bindings=[binding],
+            use_client_preference=True,
+            httpx_client=http,
+            grpc_channel_factory=channel_factory,
+        )
 
     unary = await create_client(base, config(False))  # resolves /.well-known/agent-card.json
     streaming = await create_client(base, config(True))
@@ -41,13 +45,20 @@ async def _clients(service, binding: str):
         for channel in channels:
             await channel.close()
 
-    return SimpleNamespace(unary=unary, streaming=streaming, close=close, service=service, binding=binding)
+    return SimpleNamespace(
+        unary=unary, streaming=streaming, close=close, service=service, binding=binding
+    )
 
 
 @pytest.fixture(params=BINDINGS)
 async def a2a(request, start_service):
-    service = await start_service(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                                  extended_card=True, extended_skills=EXTENDED_SKILLS)
+    service = await start_service(
+        http_port=0,
+        store="memory:",
+        agent="tests.agents:ScriptedAgent",
+        extended_card=True,
+        extended_skills=EXTENDED_SKILLS,
+    )
     clients = await _clients(service, request.param)
     yield clients
     await clients.close()
@@ -87,18 +98,24 @@ async def test_send_get_and_direct_reply(a2a):
 
 
 async def test_stream_ends_at_terminal_state(a2a):
-    events = await collect(a2a.streaming.send_message(sdk.SendMessageRequest(message=user_message("chunks 3"))))
+    events = await collect(
+        a2a.streaming.send_message(sdk.SendMessageRequest(message=user_message("chunks 3")))
+    )
     assert events[0].HasField("task")
     chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
     assert [c.artifact.parts[0].text for c in chunks] == ["c0", "c1", "c2"]
     assert chunks[-1].last_chunk and not chunks[0].append and chunks[1].append
     assert events[-1].status_update.status.state == sdk.TASK_STATE_COMPLETED
-    reply = await collect(a2a.streaming.send_message(sdk.SendMessageRequest(message=user_message("reply yo"))))
+    reply = await collect(
+        a2a.streaming.send_message(sdk.SendMessageRequest(message=user_message("reply yo")))
+    )
     assert len(reply) == 1 and reply[0].message.parts[0].text == "yo"
 
 
 async def test_interrupted_turn_and_follow_up(a2a):
-    events = await collect(a2a.streaming.send_message(sdk.SendMessageRequest(message=user_message("input more"))))
+    events = await collect(
+        a2a.streaming.send_message(sdk.SendMessageRequest(message=user_message("input more")))
+    )
     assert events[-1].status_update.status.state == sdk.TASK_STATE_INPUT_REQUIRED
     task_id = events[0].task.id
     follow = user_message("the answer", task_id=task_id)
@@ -113,7 +130,9 @@ async def test_list_with_paging_and_filters(a2a):
     page1 = await a2a.unary.list_tasks(sdk.ListTasksRequest(page_size=2))
     assert page1.total_size == 4 and page1.page_size == 2 and len(page1.tasks) == 2
     assert page1.next_page_token
-    page2 = await a2a.unary.list_tasks(sdk.ListTasksRequest(page_size=2, page_token=page1.next_page_token))
+    page2 = await a2a.unary.list_tasks(
+        sdk.ListTasksRequest(page_size=2, page_token=page1.next_page_token)
+    )
     assert len(page2.tasks) == 2 and page2.next_page_token == ""
     seen = [t.id for t in page1.tasks] + [t.id for t in page2.tasks]
     assert sorted(seen) == sorted(ids + [failed.id])
@@ -121,7 +140,10 @@ async def test_list_with_paging_and_filters(a2a):
     only_failed = await a2a.unary.list_tasks(sdk.ListTasksRequest(status=sdk.TASK_STATE_FAILED))
     assert [t.id for t in only_failed.tasks] == [failed.id] and only_failed.total_size == 1
     with_art = await a2a.unary.list_tasks(
-        sdk.ListTasksRequest(context_id=page1.tasks[0].context_id, include_artifacts=True, history_length=0))
+        sdk.ListTasksRequest(
+            context_id=page1.tasks[0].context_id, include_artifacts=True, history_length=0
+        )
+    )
     assert len(with_art.tasks) == 1 and not with_art.tasks[0].history
     assert with_art.tasks[0].artifacts or with_art.tasks[0].status.state == sdk.TASK_STATE_FAILED
 
@@ -140,25 +162,34 @@ async def test_cancel_while_subscribed(a2a):
 async def test_push_config_crud(a2a):
     task = (await send(a2a.unary, "echo x")).task
     created = await a2a.unary.create_task_push_notification_config(
-        sdk.TaskPushNotificationConfig(task_id=task.id, id="c1", url="https://example.com/cb", token="tok"))
+        sdk.TaskPushNotificationConfig(
+            task_id=task.id, id="c1", url="https://example.com/cb", token="tok"
+        )
+    )
     assert created.id == "c1" and created.task_id == task.id
     unnamed = await a2a.unary.create_task_push_notification_config(
-        sdk.TaskPushNotificationConfig(task_id=task.id, url="https://example.com/other"))
+        sdk.TaskPushNotificationConfig(task_id=task.id, url="https://example.com/other")
+    )
     assert unnamed.id
     got = await a2a.unary.get_task_push_notification_config(
-        sdk.GetTaskPushNotificationConfigRequest(task_id=task.id, id="c1"))
+        sdk.GetTaskPushNotificationConfigRequest(task_id=task.id, id="c1")
+    )
     assert got.url == "https://example.com/cb" and got.token == "tok"
     listed = await a2a.unary.list_task_push_notification_configs(
-        sdk.ListTaskPushNotificationConfigsRequest(task_id=task.id))
+        sdk.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
     assert sorted(c.id for c in listed.configs) == sorted(["c1", unnamed.id])
     await a2a.unary.delete_task_push_notification_config(
-        sdk.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="c1"))
+        sdk.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="c1")
+    )
     listed = await a2a.unary.list_task_push_notification_configs(
-        sdk.ListTaskPushNotificationConfigsRequest(task_id=task.id))
+        sdk.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
     assert [c.id for c in listed.configs] == [unnamed.id]
     with pytest.raises(sdk_errors.TaskNotFoundError):
         await a2a.unary.get_task_push_notification_config(
-            sdk.GetTaskPushNotificationConfigRequest(task_id=task.id, id="c1"))
+            sdk.GetTaskPushNotificationConfigRequest(task_id=task.id, id="c1")
+        )
 
 
 async def test_extended_card(a2a):
@@ -231,17 +262,23 @@ async def test_errors_map_to_the_same_sdk_exception(a2a, case, expected):
 
 @pytest.mark.parametrize("binding", BINDINGS)
 async def test_push_not_supported_and_extension_required(start_service, binding):
-    service = await start_service(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                                  push_notifications=False)
+    service = await start_service(
+        http_port=0, store="memory:", agent="tests.agents:ScriptedAgent", push_notifications=False
+    )
     clients = await _clients(service, binding)
     try:
         with pytest.raises(sdk_errors.PushNotificationNotSupportedError):
             await clients.unary.list_task_push_notification_configs(
-                sdk.ListTaskPushNotificationConfigsRequest(task_id="t1"))
+                sdk.ListTaskPushNotificationConfigsRequest(task_id="t1")
+            )
     finally:
         await clients.close()
-    strict = await start_service(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                                 required_extensions=["urn:example:ext"])
+    strict = await start_service(
+        http_port=0,
+        store="memory:",
+        agent="tests.agents:ScriptedAgent",
+        required_extensions=["urn:example:ext"],
+    )
     clients = await _clients(strict, binding)
     try:
         with pytest.raises(sdk_errors.ExtensionSupportRequiredError):

@@ -25,7 +25,10 @@ class _Events:
     def __init__(self, failure: Exception) -> None:
         self.seq = 6  # the engine's numbering: the next events are 7 and 8
         self._failure = failure
-        self._left = [pb.StreamResponse(task=pb.Task(id="t1")), pb.StreamResponse(task=pb.Task(id="t1"))]
+        self._left = [
+            pb.StreamResponse(task=pb.Task(id="t1")),
+            pb.StreamResponse(task=pb.Task(id="t1")),
+        ]
 
     def __aiter__(self):
         return self
@@ -52,8 +55,12 @@ class _Invoker:
 
 
 def _client(failure: Exception) -> httpx.AsyncClient:
-    app = build_app(invoker=_Invoker(failure), service=SERVICE, card=pb.AgentCard(name="x"),
-                    is_serving=lambda: True)
+    app = build_app(
+        invoker=_Invoker(failure),
+        service=SERVICE,
+        card=pb.AgentCard(name="x"),
+        is_serving=lambda: True,
+    )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
 
 
@@ -69,10 +76,15 @@ async def test_unexpected_exceptions_are_sanitized_with_a_reference(caplog):
     async with _client(RuntimeError("db password hunter2 in /srv/app")) as client:
         with caplog.at_level(logging.ERROR):
             rest = await client.get("/tasks/t1", headers=V1)
-            rpc = await client.post("/", json={"jsonrpc": "2.0", "id": 9, "method": "GetTask",
-                                               "params": {"id": "t1"}}, headers=V1)
+            rpc = await client.post(
+                "/",
+                json={"jsonrpc": "2.0", "id": 9, "method": "GetTask", "params": {"id": "t1"}},
+                headers=V1,
+            )
     assert rest.status_code == 500 and rest.json()["error"]["status"] == "INTERNAL"
-    assert rpc.status_code == 200 and rpc.json()["error"]["code"] == -32603 and rpc.json()["id"] == 9
+    assert (
+        rpc.status_code == 200 and rpc.json()["error"]["code"] == -32603 and rpc.json()["id"] == 9
+    )
     for body in (rest.text, rpc.text):
         assert "hunter2" not in body and "/srv" not in body and "ref" in body
     ref = rest.json()["error"]["details"][0]["metadata"]["ref"]
@@ -85,8 +97,16 @@ async def test_an_error_mid_stream_is_one_error_event_then_the_end(binding):
         if binding == "rest":
             r = await client.get("/tasks/t1:subscribe", headers=V1)
         else:
-            r = await client.post("/", json={"jsonrpc": "2.0", "id": "x", "method": "SubscribeToTask",
-                                             "params": {"id": "t1"}}, headers=V1)
+            r = await client.post(
+                "/",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": "x",
+                    "method": "SubscribeToTask",
+                    "params": {"id": "t1"},
+                },
+                headers=V1,
+            )
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = _events(r.text)
     assert [e.get("id") for e in events] == ["7", "8", None]

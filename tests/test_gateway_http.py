@@ -21,15 +21,28 @@ BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 def message(text: str, message_id: str | None = None, **fields) -> dict:
     import uuid
 
-    return {"message": {"messageId": message_id or uuid.uuid4().hex, "role": "ROLE_USER",
-                        "parts": [{"text": text}], **fields}}
+    return {
+        "message": {
+            "messageId": message_id or uuid.uuid4().hex,
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+            **fields,
+        }
+    }
 
 
 @pytest.fixture
 async def gw(start_service):
-    service = await start_service(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                                  card_max_age=17, sse_keepalive_seconds=0.2)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}", timeout=10) as client:
+    service = await start_service(
+        http_port=0,
+        store="memory:",
+        agent="tests.agents:ScriptedAgent",
+        card_max_age=17,
+        sse_keepalive_seconds=0.2,
+    )
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{service.http_port}", timeout=10
+    ) as client:
         client.service = service
         yield client
 
@@ -92,33 +105,42 @@ async def test_jsonrpc_result_is_the_response_message(gw):
     assert body["jsonrpc"] == "2.0" and body["id"] == 1
     task = body["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    r = await gw.post("/", json=rpc("GetTask", {"id": task["id"], "historyLength": 0}, id="abc"), headers=V1)
+    r = await gw.post(
+        "/", json=rpc("GetTask", {"id": task["id"], "historyLength": 0}, id="abc"), headers=V1
+    )
     assert r.json()["id"] == "abc" and r.json()["result"]["id"] == task["id"]
     assert "history" not in r.json()["result"]
 
 
-@pytest.mark.parametrize("raw,code,rid", [
-    (b"{not json", -32700, None),
-    (b"\xff\xfe", -32700, None),
-    (b"[]", -32600, None),
-    (b'[{"jsonrpc":"2.0","id":1,"method":"GetTask"}]', -32600, None),
-    (b'"hello"', -32600, None),
-    (b'{"jsonrpc":"1.0","id":7,"method":"GetTask"}', -32600, 7),
-    (b'{"id":7,"method":"GetTask"}', -32600, 7),
-    (b'{"jsonrpc":"2.0","method":"GetTask","params":{"id":"x"}}', -32600, None),
-    (b'{"jsonrpc":"2.0","id":true,"method":"GetTask"}', -32600, None),
-    (b'{"jsonrpc":"2.0","id":1.5,"method":"GetTask"}', -32600, None),
-    (b'{"jsonrpc":"2.0","id":{"a":1},"method":"GetTask"}', -32600, None),
-    (b'{"jsonrpc":"2.0","id":"s","params":{}}', -32600, "s"),
-    (b'{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"id":"x"}}', -32601, 3),
-    (b'{"jsonrpc":"2.0","id":3,"method":"NoSuchMethod"}', -32601, 3),
-    (b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":["x"]}', -32602, 4),
-    (b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"x","bogus":1}}', -32602, 4),
-    (b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"historyLength":"many"}}', -32602, 4),
-    (b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{}}', -32602, 4),
-    (b'{"jsonrpc":"2.0","id":5,"method":"GetTask","params":{"id":"nope"}}', -32001, 5),
-    (b'{"jsonrpc":"2.0","id":null,"method":"GetTask","params":{"id":"nope"}}', -32001, None),
-])
+@pytest.mark.parametrize(
+    "raw,code,rid",
+    [
+        (b"{not json", -32700, None),
+        (b"\xff\xfe", -32700, None),
+        (b"[]", -32600, None),
+        (b'[{"jsonrpc":"2.0","id":1,"method":"GetTask"}]', -32600, None),
+        (b'"hello"', -32600, None),
+        (b'{"jsonrpc":"1.0","id":7,"method":"GetTask"}', -32600, 7),
+        (b'{"id":7,"method":"GetTask"}', -32600, 7),
+        (b'{"jsonrpc":"2.0","method":"GetTask","params":{"id":"x"}}', -32600, None),
+        (b'{"jsonrpc":"2.0","id":true,"method":"GetTask"}', -32600, None),
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"GetTask"}', -32600, None),
+        (b'{"jsonrpc":"2.0","id":{"a":1},"method":"GetTask"}', -32600, None),
+        (b'{"jsonrpc":"2.0","id":"s","params":{}}', -32600, "s"),
+        (b'{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"id":"x"}}', -32601, 3),
+        (b'{"jsonrpc":"2.0","id":3,"method":"NoSuchMethod"}', -32601, 3),
+        (b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":["x"]}', -32602, 4),
+        (b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"x","bogus":1}}', -32602, 4),
+        (
+            b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"historyLength":"many"}}',
+            -32602,
+            4,
+        ),
+        (b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{}}', -32602, 4),
+        (b'{"jsonrpc":"2.0","id":5,"method":"GetTask","params":{"id":"nope"}}', -32001, 5),
+        (b'{"jsonrpc":"2.0","id":null,"method":"GetTask","params":{"id":"nope"}}', -32001, None),
+    ],
+)
 async def test_jsonrpc_envelope_errors(gw, raw, code, rid):
     r = await gw.post("/", content=raw, headers=V1 | {"content-type": "application/json"})
     assert r.status_code == 200, r.text
@@ -131,14 +153,28 @@ async def test_jsonrpc_envelope_errors(gw, raw, code, rid):
 
 
 async def test_jsonrpc_bad_params_name_the_field(gw):
-    r = await gw.post("/", json=rpc("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER",
-                                                                "parts": [{"text": "x", "colour": 1}]}}),
-                      headers=V1)
+    r = await gw.post(
+        "/",
+        json=rpc(
+            "SendMessage",
+            {
+                "message": {
+                    "messageId": "m",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "x", "colour": 1}],
+                }
+            },
+        ),
+        headers=V1,
+    )
     error = r.json()["error"]
     assert error["code"] == -32602 and reason(error["data"]) == "INVALID_PARAMS"
     assert violations(error["data"]) == ["message.parts[0].colour"]
-    r = await gw.post("/", json=rpc("SendMessage", {"message": {"role": "ROLE_USER", "parts": [{"text": "x"}]}}),
-                      headers=V1)
+    r = await gw.post(
+        "/",
+        json=rpc("SendMessage", {"message": {"role": "ROLE_USER", "parts": [{"text": "x"}]}}),
+        headers=V1,
+    )
     assert violations(r.json()["error"]["data"]) == ["message.messageId"]
 
 
@@ -154,26 +190,43 @@ async def test_jsonrpc_version_rules(gw):
 
 
 async def test_jsonrpc_transport_level_refusals(gw):
-    r = await gw.post("/", content=b"id=1", headers=V1 | {"content-type": "application/x-www-form-urlencoded"})
+    r = await gw.post(
+        "/", content=b"id=1", headers=V1 | {"content-type": "application/x-www-form-urlencoded"}
+    )
     assert r.status_code == 415 and r.json()["error"]["code"] == -32600
-    r = await gw.post("/", content=json.dumps(rpc("GetTask", {"id": "x"})).encode("utf-16"),
-                      headers=V1 | {"content-type": "application/json; charset=utf-16"})
+    r = await gw.post(
+        "/",
+        content=json.dumps(rpc("GetTask", {"id": "x"})).encode("utf-16"),
+        headers=V1 | {"content-type": "application/json; charset=utf-16"},
+    )
     assert r.status_code == 415
     r = await gw.get("/", headers=V1)
-    assert r.status_code == 405 and r.headers["allow"] == "POST" and r.json()["error"]["code"] == -32600
-    r = await gw.post("/", content=json.dumps(rpc("GetTask", {"id": "x"})), headers=V1)  # no content type
+    assert (
+        r.status_code == 405
+        and r.headers["allow"] == "POST"
+        and r.json()["error"]["code"] == -32600
+    )
+    r = await gw.post(
+        "/", content=json.dumps(rpc("GetTask", {"id": "x"})), headers=V1
+    )  # no content type
     assert r.json()["error"]["code"] == -32001
-    r = await gw.post("/", json=rpc("GetTask", {"id": "x"}), headers=V1 | {"content-type": "application/a2a+json"})
+    r = await gw.post(
+        "/", json=rpc("GetTask", {"id": "x"}), headers=V1 | {"content-type": "application/a2a+json"}
+    )
     assert r.json()["error"]["code"] == -32001
 
 
 async def test_jsonrpc_stream_wraps_each_event_with_the_request_id(gw):
-    async with gw.stream("POST", "/", json=rpc("SendStreamingMessage", message("chunks 2"), id="s-1"),
-                         headers=V1) as r:
+    async with gw.stream(
+        "POST", "/", json=rpc("SendStreamingMessage", message("chunks 2"), id="s-1"), headers=V1
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         assert r.headers["cache-control"] == "no-store"
         events = await sse_events(r)
-    assert all(data["jsonrpc"] == "2.0" and data["id"] == "s-1" and "result" in data for _, _, data in events)
+    assert all(
+        data["jsonrpc"] == "2.0" and data["id"] == "s-1" and "result" in data
+        for _, _, data in events
+    )
     ids = [int(i) for i, _, _ in events]
     assert ids == list(range(ids[0], ids[0] + len(ids)))  # one id per event, in sequence
     assert "task" in events[0][2]["result"]
@@ -194,47 +247,64 @@ async def test_rest_send_get_and_media_types(gw):
     task = r.json()["task"]
     r = await gw.get(f"/tasks/{task['id']}", headers=V1 | {"accept": "application/json"})
     assert r.headers["content-type"] == "application/json" and r.json()["id"] == task["id"]
-    r = await gw.post("/message:send", json=message("echo hi"),
-                      headers=V1 | {"content-type": "application/a2a+json", "accept": "application/a2a+json"})
+    r = await gw.post(
+        "/message:send",
+        json=message("echo hi"),
+        headers=V1 | {"content-type": "application/a2a+json", "accept": "application/a2a+json"},
+    )
     assert r.status_code == 200 and r.headers["content-type"] == "application/a2a+json"
 
 
 async def test_rest_query_parameters(gw):
-    ids = [(await gw.post("/message:send", json=message(f"echo {i}"), headers=V1)).json()["task"]["id"]
-           for i in range(3)]
+    ids = [
+        (await gw.post("/message:send", json=message(f"echo {i}"), headers=V1)).json()["task"]["id"]
+        for i in range(3)
+    ]
     failed = (await gw.post("/message:send", json=message("fail"), headers=V1)).json()["task"]
     r = await gw.get("/tasks", params={"pageSize": 2}, headers=V1)
     page = r.json()
     assert page["totalSize"] == 4 and page["pageSize"] == 2 and len(page["tasks"]) == 2
     assert "artifacts" not in page["tasks"][0]
-    r = await gw.get("/tasks", params={"page_size": 2, "page_token": page["nextPageToken"]}, headers=V1)
-    assert r.json()["nextPageToken"] == "" and len(r.json()["tasks"]) == 2  # always present, even empty
+    r = await gw.get(
+        "/tasks", params={"page_size": 2, "page_token": page["nextPageToken"]}, headers=V1
+    )
+    assert (
+        r.json()["nextPageToken"] == "" and len(r.json()["tasks"]) == 2
+    )  # always present, even empty
     r = await gw.get("/tasks", params={"status": "TASK_STATE_FAILED"}, headers=V1)
     assert [t["id"] for t in r.json()["tasks"]] == [failed["id"]]
     r = await gw.get("/tasks", params={"status": "4"}, headers=V1)  # enum by number (FAILED = 4)
     assert [t["id"] for t in r.json()["tasks"]] == [failed["id"]]
-    r = await gw.get("/tasks", params={"includeArtifacts": "true", "historyLength": "0", "pageSize": 10},
-                     headers=V1)
+    r = await gw.get(
+        "/tasks",
+        params={"includeArtifacts": "true", "historyLength": "0", "pageSize": 10},
+        headers=V1,
+    )
     tasks = [t for t in r.json()["tasks"] if t["id"] in ids]
     assert len(tasks) == 3 and all(t["artifacts"] and "history" not in t for t in tasks)
     r = await gw.get("/tasks", params={"include_artifacts": "false"}, headers=V1)
     assert all("artifacts" not in t for t in r.json()["tasks"])
     r = await gw.get("/tasks", params={"statusTimestampAfter": "2999-01-01T00:00:00Z"}, headers=V1)
     assert r.json() == {"nextPageToken": "", "pageSize": 50, "totalSize": 0}
-    r = await gw.get("/tasks", params={"statusTimestampAfter": "2000-01-01T00:00:00+02:00"}, headers=V1)
+    r = await gw.get(
+        "/tasks", params={"statusTimestampAfter": "2000-01-01T00:00:00+02:00"}, headers=V1
+    )
     assert r.json()["totalSize"] == 4
     r = await gw.get("/tasks?pageSize=1&A2A-Version=1.0")  # version as a query parameter
     assert r.status_code == 200
 
 
-@pytest.mark.parametrize("query,field", [
-    ({"pageSize": "lots"}, "pageSize"),
-    ({"includeArtifacts": "maybe"}, "includeArtifacts"),
-    ({"status": "TASK_STATE_SLEEPING"}, "status"),
-    ({"statusTimestampAfter": "yesterday"}, "statusTimestampAfter"),
-    ({"colour": "blue"}, "colour"),
-    ({"tenant": "other"}, "tenant"),
-])
+@pytest.mark.parametrize(
+    "query,field",
+    [
+        ({"pageSize": "lots"}, "pageSize"),
+        ({"includeArtifacts": "maybe"}, "includeArtifacts"),
+        ({"status": "TASK_STATE_SLEEPING"}, "status"),
+        ({"statusTimestampAfter": "yesterday"}, "statusTimestampAfter"),
+        ({"colour": "blue"}, "colour"),
+        ({"tenant": "other"}, "tenant"),
+    ],
+)
 async def test_rest_bad_query_parameters(gw, query, field):
     r = await gw.get("/tasks" if field != "tenant" else "/acme/tasks", params=query, headers=V1)
     assert r.status_code == 400, r.text
@@ -255,11 +325,18 @@ async def test_tenant_prefixed_routes_scope_tasks(gw):
     other = await gw.get(f"/globex/tasks/{task['id']}", headers=V1)
     assert other.status_code == 404 and reason(other.json()["error"]["details"]) == "TASK_NOT_FOUND"
     assert (await gw.get(f"/tasks/{task['id']}", headers=V1)).status_code == 404
-    assert [t["id"] for t in (await gw.get("/acme/tasks", headers=V1)).json()["tasks"]] == [task["id"]]
+    assert [t["id"] for t in (await gw.get("/acme/tasks", headers=V1)).json()["tasks"]] == [
+        task["id"]
+    ]
     assert (await gw.get("/globex/tasks", headers=V1)).json()["totalSize"] == 0
-    r = await gw.post(f"/acme/tasks/{task['id']}/pushNotificationConfigs",
-                      json={"url": "https://example.com/hook", "id": "h1"}, headers=V1)
-    assert r.status_code == 200 and r.json()["tenant"] == "acme" and r.json()["taskId"] == task["id"]
+    r = await gw.post(
+        f"/acme/tasks/{task['id']}/pushNotificationConfigs",
+        json={"url": "https://example.com/hook", "id": "h1"},
+        headers=V1,
+    )
+    assert (
+        r.status_code == 200 and r.json()["tenant"] == "acme" and r.json()["taskId"] == task["id"]
+    )
     r = await gw.get(f"/acme/tasks/{task['id']}/pushNotificationConfigs/h1", headers=V1)
     assert r.json()["url"] == "https://example.com/hook"
     r = await gw.delete(f"/acme/tasks/{task['id']}/pushNotificationConfigs/h1", headers=V1)
@@ -274,24 +351,35 @@ async def test_tenant_prefixed_routes_scope_tasks(gw):
 
 
 async def test_rest_path_variables_are_percent_decoded(gw):
-    r = await gw.get("/tasks/a%20b", headers=V1)  # "a b" is not a valid id: the API says which field
+    r = await gw.get(
+        "/tasks/a%20b", headers=V1
+    )  # "a b" is not a valid id: the API says which field
     assert r.status_code == 400 and violations(r.json()["error"]["details"]) == ["id"]
     r = await gw.get("/tasks/ns:42", headers=V1)  # ':' inside an id is not a custom verb
     assert r.status_code == 404 and reason(r.json()["error"]["details"]) == "TASK_NOT_FOUND"
 
 
 async def test_rest_bodies_and_content_types(gw):
-    r = await gw.post("/message:send", content=b"{oops", headers=V1 | {"content-type": "application/json"})
+    r = await gw.post(
+        "/message:send", content=b"{oops", headers=V1 | {"content-type": "application/json"}
+    )
     assert r.status_code == 400 and reason(r.json()["error"]["details"]) == "PARSE_ERROR"
-    r = await gw.post("/message:send", content=b"hello", headers=V1 | {"content-type": "text/plain"})
+    r = await gw.post(
+        "/message:send", content=b"hello", headers=V1 | {"content-type": "text/plain"}
+    )
     assert r.status_code == 415 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
     assert "application/json" in r.json()["error"]["message"]
     r = await gw.post("/message:send", json=[1, 2], headers=V1)
     assert r.status_code == 400 and reason(r.json()["error"]["details"]) == "INVALID_PARAMS"
     r = await gw.post("/message:send", content=b"", headers=V1)  # empty body = empty request
     assert r.status_code == 400 and violations(r.json()["error"]["details"]) == ["message"]
-    hang = (await gw.post("/message:send", json=message("hang") | {"configuration": {"returnImmediately": True}},
-                          headers=V1)).json()["task"]
+    hang = (
+        await gw.post(
+            "/message:send",
+            json=message("hang") | {"configuration": {"returnImmediately": True}},
+            headers=V1,
+        )
+    ).json()["task"]
     r = await gw.post(f"/tasks/{hang['id']}:cancel", headers=V1)  # no body at all
     assert r.status_code == 200 and r.json()["status"]["state"] == "TASK_STATE_CANCELED"
 
@@ -301,7 +389,9 @@ async def test_rest_unknown_routes_and_methods(gw):
     assert r.status_code == 404 and reason(r.json()["error"]["details"]) == "METHOD_NOT_FOUND"
     r = await gw.put("/tasks/abc", headers=V1)
     assert r.status_code == 405 and r.headers["allow"] == "GET"
-    r = await gw.post("/tasks/abc:frobnicate", headers=V1)  # no such verb: "abc:frobnicate" is an id
+    r = await gw.post(
+        "/tasks/abc:frobnicate", headers=V1
+    )  # no such verb: "abc:frobnicate" is an id
     assert r.status_code == 405 and r.headers["allow"] == "GET"
     r = await gw.get("/message:send", headers=V1)
     assert r.status_code == 405 and "POST" in r.headers["allow"]
@@ -328,10 +418,14 @@ async def test_card_caching_headers_and_conditional_requests(gw):
     etag, modified = r.headers["etag"], r.headers["last-modified"]
     assert etag.startswith('"') and etag.endswith('"')
     card = r.json()
-    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON", "GRPC"]
+    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == [
+        "JSONRPC",
+        "HTTP+JSON",
+        "GRPC",
+    ]
     assert card["supportedInterfaces"][0]["url"] == f"http://127.0.0.1:{gw.service.http_port}"
     assert card["capabilities"]["streaming"] is True
-    for inm in (etag, f'W/{etag}', f'"other", {etag}', f'"a,b",W/{etag}', "*"):
+    for inm in (etag, f"W/{etag}", f'"other", {etag}', f'"a,b",W/{etag}', "*"):
         r = await gw.get("/.well-known/agent-card.json", headers={"If-None-Match": inm})
         assert r.status_code == 304, inm
         assert r.content == b"" and r.headers["etag"] == etag and r.headers["cache-control"]
@@ -339,10 +433,15 @@ async def test_card_caching_headers_and_conditional_requests(gw):
     assert r.status_code == 200
     r = await gw.get("/.well-known/agent-card.json", headers={"If-Modified-Since": modified})
     assert r.status_code == 304
-    r = await gw.get("/.well-known/agent-card.json", headers={"If-Modified-Since": formatdate(0, usegmt=True)})
+    r = await gw.get(
+        "/.well-known/agent-card.json", headers={"If-Modified-Since": formatdate(0, usegmt=True)}
+    )
     assert r.status_code == 200
     # If-None-Match wins over If-Modified-Since (RFC 9110 13.2.2).
-    r = await gw.get("/.well-known/agent-card.json", headers={"If-None-Match": '"x"', "If-Modified-Since": modified})
+    r = await gw.get(
+        "/.well-known/agent-card.json",
+        headers={"If-None-Match": '"x"', "If-Modified-Since": modified},
+    )
     assert r.status_code == 200
     r = await gw.head("/.well-known/agent-card.json")
     assert r.status_code == 200 and r.headers["etag"] == etag
@@ -351,8 +450,12 @@ async def test_card_caching_headers_and_conditional_requests(gw):
 
 
 async def test_card_uses_public_url(start_service):
-    service = await start_service(http_port=0, store="memory:", public_url="https://agents.example.com/a2a/",
-                                  grpc_public_address="grpc.example.com:443")
+    service = await start_service(
+        http_port=0,
+        store="memory:",
+        public_url="https://agents.example.com/a2a/",
+        grpc_public_address="grpc.example.com:443",
+    )
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as client:
         card = (await client.get("/.well-known/agent-card.json")).json()
     assert [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]] == [
@@ -371,14 +474,18 @@ async def test_rest_stream_ids_and_resume_with_last_event_id(gw):
         first = await sse_events(r, limit=3)
     task_id = first[0][2]["task"]["id"]
     last_seen = first[-1][0]
-    async with gw.stream("GET", f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": last_seen}) as r:
+    async with gw.stream(
+        "GET", f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": last_seen}
+    ) as r:
         assert r.status_code == 200
         rest = await sse_events(r)
     ids = [int(i) for i, _, _ in first + rest]
     assert ids == list(range(ids[0], ids[-1] + 1)), ids  # no gap, no duplicate
     assert rest[-1][2]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     # From the very beginning: every stored event, ending at the terminal one.
-    async with gw.stream("POST", f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": "0"}) as r:
+    async with gw.stream(
+        "POST", f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": "0"}
+    ) as r:
         everything = await sse_events(r)
     assert [int(i) for i, _, _ in everything] == list(range(1, ids[-1] + 1))
     assert "task" in everything[0][2]
@@ -388,13 +495,20 @@ async def test_rest_stream_ids_and_resume_with_last_event_id(gw):
     r = await gw.get(f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": "soon"})
     assert r.status_code == 400 and violations(r.json()["error"]["details"]) == ["Last-Event-ID"]
     # A resume point past the latest event would silently skip what comes next: refused.
-    r = await gw.get(f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": str(ids[-1] + 5)})
+    r = await gw.get(
+        f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": str(ids[-1] + 5)}
+    )
     assert r.status_code == 400 and violations(r.json()["error"]["details"]) == ["Last-Event-ID"]
 
 
 async def test_keepalive_and_disconnect_cancels_only_the_subscription(gw):
-    hang = (await gw.post("/message:send", json=message("hang") | {"configuration": {"returnImmediately": True}},
-                          headers=V1)).json()["task"]
+    hang = (
+        await gw.post(
+            "/message:send",
+            json=message("hang") | {"configuration": {"returnImmediately": True}},
+            headers=V1,
+        )
+    ).json()["task"]
     async with gw.stream("GET", f"/tasks/{hang['id']}:subscribe", headers=V1) as r:
         seen = []
         async for line in r.aiter_lines():
@@ -418,22 +532,38 @@ async def test_keepalive_and_disconnect_cancels_only_the_subscription(gw):
 async def test_stream_of_a_direct_reply_has_no_event_id(gw):
     async with gw.stream("POST", "/message:stream", json=message("reply hi"), headers=V1) as r:
         events = await sse_events(r)
-    assert len(events) == 1 and events[0][0] is None and events[0][2]["message"]["parts"][0]["text"] == "hi"
+    assert (
+        len(events) == 1
+        and events[0][0] is None
+        and events[0][2]["message"]["parts"][0]["text"] == "hi"
+    )
 
 
 # ------------------------------------------------------------------------------ health & drain
 
 
 async def test_health_goes_non_200_while_draining(tmp_path):
-    service = Service(make_settings(tmp_path, http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                                    drain_seconds=1.0))
+    service = Service(
+        make_settings(
+            tmp_path,
+            http_port=0,
+            store="memory:",
+            agent="tests.agents:ScriptedAgent",
+            drain_seconds=1.0,
+        )
+    )
     await service.start()
     base = f"http://127.0.0.1:{service.http_port}"
     async with httpx.AsyncClient(base_url=base, timeout=10) as client:
         r = await client.get("/health")
         assert r.status_code == 200 and r.json() == {"status": "healthy"}
-        hang = (await client.post("/message:send", json=message("hang") | {"configuration": {"returnImmediately": True}},
-                                  headers=V1)).json()["task"]
+        hang = (
+            await client.post(
+                "/message:send",
+                json=message("hang") | {"configuration": {"returnImmediately": True}},
+                headers=V1,
+            )
+        ).json()["task"]
         async with client.stream("GET", f"/tasks/{hang['id']}:subscribe", headers=V1) as stream:
             sse = SSE(stream)
             await sse.events(limit=1)  # a request in flight keeps the drain going
@@ -452,38 +582,61 @@ async def test_health_goes_non_200_while_draining(tmp_path):
 
 
 async def test_proxy_mode_forwards_to_an_upstream_grpc_server(start_service):
-    upstream = await start_service(store="memory:", agent="tests.agents:ScriptedAgent",
-                                   required_extensions=["urn:example:ext"])
-    proxy = await start_service(http_port=0, upstream=f"127.0.0.1:{upstream.grpc_port}",
-                                agent="tests.agents:ScriptedAgent")
+    upstream = await start_service(
+        store="memory:", agent="tests.agents:ScriptedAgent", required_extensions=["urn:example:ext"]
+    )
+    proxy = await start_service(
+        http_port=0, upstream=f"127.0.0.1:{upstream.grpc_port}", agent="tests.agents:ScriptedAgent"
+    )
     assert proxy.engine is None and proxy.grpc_server is None  # only the gateway runs here
     headers = V1 | {"A2A-Extensions": "urn:example:ext"}
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{proxy.http_port}", timeout=10) as client:
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{proxy.http_port}", timeout=10
+    ) as client:
         card = (await client.get("/.well-known/agent-card.json")).json()
-        assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON"]
-        task = (await client.post("/message:send", json=message("echo via proxy"), headers=headers)).json()["task"]
+        assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == [
+            "JSONRPC",
+            "HTTP+JSON",
+        ]
+        task = (
+            await client.post("/message:send", json=message("echo via proxy"), headers=headers)
+        ).json()["task"]
         assert task["artifacts"][0]["parts"][0]["text"] == "echo via proxy"
         r = await client.post("/", json=rpc("GetTask", {"id": task["id"]}), headers=headers)
         assert r.json()["result"]["id"] == task["id"]
         # Errors come back through their ErrorInfo reason, with the same codes.
         r = await client.post("/", json=rpc("GetTask", {"id": "nope"}), headers=headers)
-        assert r.json()["error"]["code"] == -32001 and reason(r.json()["error"]["data"]) == "TASK_NOT_FOUND"
+        assert (
+            r.json()["error"]["code"] == -32001
+            and reason(r.json()["error"]["data"]) == "TASK_NOT_FOUND"
+        )
         r = await client.get("/tasks/bad%20id", headers=headers)
         assert r.status_code == 400 and violations(r.json()["error"]["details"]) == ["id"]
         r = await client.get(f"/tasks/{task['id']}", headers=V1)  # extension header not forwarded
         assert reason(r.json()["error"]["details"]) == "EXTENSION_SUPPORT_REQUIRED"
         r = await client.get(f"/tasks/{task['id']}", headers={"A2A-Extensions": "urn:example:ext"})
-        assert reason(r.json()["error"]["details"]) == "VERSION_NOT_SUPPORTED"  # HTTP default 0.3 forwarded
-        async with client.stream("POST", "/message:stream", json=message("chunks 2"), headers=headers) as r:
+        assert (
+            reason(r.json()["error"]["details"]) == "VERSION_NOT_SUPPORTED"
+        )  # HTTP default 0.3 forwarded
+        async with client.stream(
+            "POST", "/message:stream", json=message("chunks 2"), headers=headers
+        ) as r:
             events = await sse_events(r)
-        assert "task" in events[0][2] and events[-1][2]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert (
+            "task" in events[0][2]
+            and events[-1][2]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        )
         r = await client.get("/tasks/nope:subscribe", headers=headers)
         assert r.status_code == 404 and reason(r.json()["error"]["details"]) == "TASK_NOT_FOUND"
 
 
 async def test_proxy_mode_upstream_down_is_503(start_service):
-    proxy = await start_service(http_port=0, upstream="127.0.0.1:1", agent="tests.agents:ScriptedAgent")
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{proxy.http_port}", timeout=20) as client:
+    proxy = await start_service(
+        http_port=0, upstream="127.0.0.1:1", agent="tests.agents:ScriptedAgent"
+    )
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{proxy.http_port}", timeout=20
+    ) as client:
         r = await client.get("/tasks/x", headers=V1)
     assert r.status_code == 503 and r.json()["error"]["status"] == "UNAVAILABLE"
     assert reason(r.json()["error"]["details"]) == "INTERNAL_ERROR"

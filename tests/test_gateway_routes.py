@@ -34,7 +34,8 @@ def test_route_table_is_exactly_the_descriptor_rules():
     routes = route_table(SERVICE)
     expected = sorted(
         (r.WhichOneof("pattern").upper(), getattr(r, r.WhichOneof("pattern")), r.body, m.name)
-        for m in SERVICE.methods for r in _rules(m)
+        for m in SERVICE.methods
+        for r in _rules(m)
     )
     assert sorted((r.http_method, r.template, r.body, r.method.name) for r in routes) == expected
     assert {r.method.name for r in routes} == {m.name for m in SERVICE.methods}
@@ -68,10 +69,18 @@ def test_router_matches_templates_verbs_and_tenants():
     assert match("GET", "/tasks/a%2Fb") == ("GetTask", {"id": "a/b"})
     assert match("GET", "/tasks/ns:7") == ("GetTask", {"id": "ns:7"})
     assert match("POST", "/tasks/ns:7:cancel") == ("CancelTask", {"id": "ns:7"})
-    assert match("GET", "/acme/tasks/t1:subscribe") == ("SubscribeToTask", {"tenant": "acme", "id": "t1"})
-    assert match("POST", "/tasks/t1:subscribe") == ("SubscribeToTask", {"id": "t1"})  # a2a-sdk's verb
+    assert match("GET", "/acme/tasks/t1:subscribe") == (
+        "SubscribeToTask",
+        {"tenant": "acme", "id": "t1"},
+    )
+    assert match("POST", "/tasks/t1:subscribe") == (
+        "SubscribeToTask",
+        {"id": "t1"},
+    )  # a2a-sdk's verb
     assert match("DELETE", "/acme/tasks/t1/pushNotificationConfigs/c1") == (
-        "DeleteTaskPushNotificationConfig", {"tenant": "acme", "task_id": "t1", "id": "c1"})
+        "DeleteTaskPushNotificationConfig",
+        {"tenant": "acme", "task_id": "t1", "id": "c1"},
+    )
     assert match("GET", "/extendedAgentCard") == ("GetExtendedAgentCard", {})
     assert match("GET", "/tasks/") is None  # a variable never matches an empty segment
     assert match("GET", "/a/b/c/d") is None
@@ -91,13 +100,17 @@ def _with_extra_method() -> tuple[object, type]:
     ping.field.add(name="echo_text", number=2, type=9, label=1, json_name="echoText")
     ping.field.add(name="times", number=3, type=5, label=3, json_name="times")
     service = next(s for s in file.service if s.name == "A2AService")
-    rpc = service.method.add(name="Ping", input_type=".lf.a2a.v1.PingRequest", output_type=".lf.a2a.v1.PingRequest")
+    rpc = service.method.add(
+        name="Ping", input_type=".lf.a2a.v1.PingRequest", output_type=".lf.a2a.v1.PingRequest"
+    )
     rule = http_pb2.HttpRule(get="/ping/{echo_text=*}")
     rule.additional_bindings.add(get="/{tenant}/ping/{echo_text=*}")
     rpc.options.Extensions[annotations_pb2.http].CopyFrom(rule)
     pool.Add(file)
     fd = pool.FindFileByName("extra/a2a_extra.proto")
-    return fd.services_by_name["A2AService"], message_factory.GetMessageClass(fd.message_types_by_name["PingRequest"])
+    return fd.services_by_name["A2AService"], message_factory.GetMessageClass(
+        fd.message_types_by_name["PingRequest"]
+    )
 
 
 def _add_with_deps(pool, fd):
@@ -126,13 +139,19 @@ async def test_a_new_rpc_appears_on_both_bindings_without_gateway_changes():
     assert "Ping" in {r.method.name for r in route_table(service)}
     assert "Ping" in method_table(service)
     invoker = InProcessInvoker(_ApiWithPing(), service)
-    app = build_app(invoker=invoker, service=service, card=pb.AgentCard(name="x"), is_serving=lambda: True)
+    app = build_app(
+        invoker=invoker, service=service, card=pb.AgentCard(name="x"), is_serving=lambda: True
+    )
     headers = {"A2A-Version": "1.0"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gw"
+    ) as client:
         r = await client.get("/acme/ping/hello", params={"times": ["1", "2"]}, headers=headers)
         assert r.status_code == 200, r.text
         assert r.json() == {"tenant": "acme", "echoText": "hello", "times": [1, 2]}
-        r = await client.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "Ping", "params": {"echoText": "hi"}})
+        r = await client.post(
+            "/", json={"jsonrpc": "2.0", "id": 1, "method": "Ping", "params": {"echoText": "hi"}}
+        )
         assert r.json()["result"] == {"echoText": "hi", "tenant": ""}
 
 
@@ -162,17 +181,30 @@ def test_rules_naming_missing_fields_fail_at_startup():
 
 
 def test_query_parameters_follow_grpc_gateway_rules():
-    config = build_request(pb.SendMessageConfiguration, query=[
-        ("acceptedOutputModes", "text/plain"), ("accepted_output_modes", "application/json"),
-        ("returnImmediately", "true"), ("history_length", "3"),
-    ])
+    config = build_request(
+        pb.SendMessageConfiguration,
+        query=[
+            ("acceptedOutputModes", "text/plain"),
+            ("accepted_output_modes", "application/json"),
+            ("returnImmediately", "true"),
+            ("history_length", "3"),
+        ],
+    )
     assert list(config.accepted_output_modes) == ["text/plain", "application/json"]
     assert config.return_immediately and config.history_length == 3
-    nested = build_request(pb.SendMessageRequest, query=[("configuration.historyLength", "2"),
-                                                          ("message.messageId", "m1")])
+    nested = build_request(
+        pb.SendMessageRequest,
+        query=[("configuration.historyLength", "2"), ("message.messageId", "m1")],
+    )
     assert nested.configuration.history_length == 2 and nested.message.message_id == "m1"
-    listed = build_request(pb.ListTasksRequest, query=[("statusTimestampAfter", "2024-05-06T07:08:09.5+02:00"),
-                                                      ("status", "TASK_STATE_WORKING"), ("A2A-Version", "1.0")])
+    listed = build_request(
+        pb.ListTasksRequest,
+        query=[
+            ("statusTimestampAfter", "2024-05-06T07:08:09.5+02:00"),
+            ("status", "TASK_STATE_WORKING"),
+            ("A2A-Version", "1.0"),
+        ],
+    )
     assert listed.status_timestamp_after.ToJsonString() == "2024-05-06T05:08:09.500Z"
     assert listed.status == pb.TASK_STATE_WORKING
     with pytest.raises(A2AError) as info:
@@ -181,26 +213,51 @@ def test_query_parameters_follow_grpc_gateway_rules():
 
 
 def test_rendering_keeps_top_level_scalars():
-    assert to_json_dict(pb.ListTasksResponse()) == {"nextPageToken": "", "pageSize": 0, "totalSize": 0}
+    assert to_json_dict(pb.ListTasksResponse()) == {
+        "nextPageToken": "",
+        "pageSize": 0,
+        "totalSize": 0,
+    }
     assert to_json_dict(empty_pb2.Empty()) == {}
     task = to_json_dict(pb.Task(id="t"))
     assert "history" not in task and "artifacts" not in task  # only scalars are forced
 
 
-@pytest.mark.parametrize("header,hit", [
-    ('"abc"', True), ('W/"abc"', True), ('"x", "abc"', True), ('"x",W/"abc"', True), ("*", True),
-    ('"x"', False), ('"abcd"', False), ("", False), ('"a,b", "abc"', True), ('W/"x", "y"', False),
-])
+@pytest.mark.parametrize(
+    "header,hit",
+    [
+        ('"abc"', True),
+        ('W/"abc"', True),
+        ('"x", "abc"', True),
+        ('"x",W/"abc"', True),
+        ("*", True),
+        ('"x"', False),
+        ('"abcd"', False),
+        ("", False),
+        ('"a,b", "abc"', True),
+        ('W/"x", "y"', False),
+    ],
+)
 def test_if_none_match(header, hit):
     assert if_none_match_hits(header, '"abc"') is hit
 
 
 def test_forwarded_metadata():
-    headers = [(b"A2A-Version", b"1.0"), (b"A2A-Extensions", b"urn:a"), (b"A2A-Extensions", b"urn:b"),
-               (b"Authorization", b"Bearer t"), (b"X-API-Key", b"k"), (b"Grpc-Metadata-Trace-Id", b"42"),
-               (b"Cookie", b"secret"), (b"Content-Type", b"application/json")]
+    headers = [
+        (b"A2A-Version", b"1.0"),
+        (b"A2A-Extensions", b"urn:a"),
+        (b"A2A-Extensions", b"urn:b"),
+        (b"Authorization", b"Bearer t"),
+        (b"X-API-Key", b"k"),
+        (b"Grpc-Metadata-Trace-Id", b"42"),
+        (b"Cookie", b"secret"),
+        (b"Content-Type", b"application/json"),
+    ]
     assert forwarded_metadata(headers, {}) == {
-        "a2a-version": "1.0", "a2a-extensions": "urn:a,urn:b", "authorization": "Bearer t",
-        "x-api-key": "k", "trace-id": "42",
+        "a2a-version": "1.0",
+        "a2a-extensions": "urn:a,urn:b",
+        "authorization": "Bearer t",
+        "x-api-key": "k",
+        "trace-id": "42",
     }
     assert forwarded_metadata([], {"A2A-Version": "1.0"}) == {"a2a-version": "1.0"}

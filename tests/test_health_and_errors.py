@@ -51,8 +51,11 @@ async def test_unexpected_exception_is_internal_with_correlation_id(tmp_path, ca
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
             with caplog.at_level(logging.ERROR):
-                err = await expect_error(stub.GetTask(pb.GetTaskRequest(id="t1")), grpc.StatusCode.INTERNAL,
-                                         "INTERNAL_ERROR")
+                err = await expect_error(
+                    stub.GetTask(pb.GetTaskRequest(id="t1")),
+                    grpc.StatusCode.INTERNAL,
+                    "INTERNAL_ERROR",
+                )
             assert "hunter2" not in err.details() and "/srv" not in err.details()
             ref = err.details().split("ref ")[1].rstrip(").")
             logged = [r for r in caplog.records if ref in r.getMessage()]
@@ -70,7 +73,8 @@ async def test_health_answers_garbage_bytes_with_invalid_argument_and_no_interna
         for method in ("Check", "Watch"):
             path = f"/grpc.health.v1.Health/{method}"
             raw = (channel.unary_unary if method == "Check" else channel.unary_stream)(
-                path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+                path, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
             call = raw(b"\xff\xff\xff\xff\x0f")
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 if method == "Check":
@@ -78,7 +82,11 @@ async def test_health_answers_garbage_bytes_with_invalid_argument_and_no_interna
                 else:
                     await call.read()
             err = info.value
-            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, err.code(), err.details())
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (
+                method,
+                err.code(),
+                err.details(),
+            )
             assert "HealthCheckRequest" in err.details() and "DecodeError" not in err.details()
             assert "google.protobuf" not in err.details()
         # Well-formed checks still work on the same channel.

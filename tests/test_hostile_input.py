@@ -28,9 +28,12 @@ HUGE = "9" * 5000  # past Python's 4300-digit int-string limit
 
 @pytest.fixture
 async def gw(start_service):
-    service = await start_service(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                                  push_notifications=False)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}", timeout=10) as client:
+    service = await start_service(
+        http_port=0, store="memory:", agent="tests.agents:ScriptedAgent", push_notifications=False
+    )
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{service.http_port}", timeout=10
+    ) as client:
         client.service = service
         yield client
 
@@ -77,22 +80,44 @@ def _sends(params_tail: str) -> str:
 # Each is refused as it stands: the escape decodes to a lone surrogate, which no UTF-8 text
 # (and so no response, no proto string) can hold.
 SURROGATES = {
-    "high alone in the JSON-RPC id": ("rpc", "SendMessage", json.dumps({"message": MESSAGE}), '"\\ud800"'),
-    "low alone in the JSON-RPC id (stream)": ("rpc", "SendStreamingMessage", json.dumps({"message": MESSAGE}),
-                                              '"\\uDFFF"'),
-    "reversed pair in a metadata value": ("rpc", "SendMessage",
-                                          _sends('"metadata":{"k":"\\udc00\\ud800"}'),
-                                          "7"),
-    "high at the end of a text (REST)": ("rest", "/message:send",
-                                         '{"message":{"messageId":"m-2","role":"ROLE_USER",'
-                                         '"parts":[{"text":"echo a\\udbff"}]}}', ""),
-    "in a metadata value (REST stream)": ("rest", "/acme/message:stream",
-                                          _sends('"metadata":{"k":"x\\ud800y"}'), ""),
-    "in an object key (REST)": ("rest", "/message:send",
-                                _sends('"metadata":{"\\ud800":1}'), ""),
-    "in an unknown field name (REST)": ("rest", "/message:send",
-                                        '{"message":{"messageId":"m-3","role":"ROLE_USER","\\ud800":1,'
-                                        '"parts":[{"text":"echo x"}]}}', ""),
+    "high alone in the JSON-RPC id": (
+        "rpc",
+        "SendMessage",
+        json.dumps({"message": MESSAGE}),
+        '"\\ud800"',
+    ),
+    "low alone in the JSON-RPC id (stream)": (
+        "rpc",
+        "SendStreamingMessage",
+        json.dumps({"message": MESSAGE}),
+        '"\\uDFFF"',
+    ),
+    "reversed pair in a metadata value": (
+        "rpc",
+        "SendMessage",
+        _sends('"metadata":{"k":"\\udc00\\ud800"}'),
+        "7",
+    ),
+    "high at the end of a text (REST)": (
+        "rest",
+        "/message:send",
+        '{"message":{"messageId":"m-2","role":"ROLE_USER","parts":[{"text":"echo a\\udbff"}]}}',
+        "",
+    ),
+    "in a metadata value (REST stream)": (
+        "rest",
+        "/acme/message:stream",
+        _sends('"metadata":{"k":"x\\ud800y"}'),
+        "",
+    ),
+    "in an object key (REST)": ("rest", "/message:send", _sends('"metadata":{"\\ud800":1}'), ""),
+    "in an unknown field name (REST)": (
+        "rest",
+        "/message:send",
+        '{"message":{"messageId":"m-3","role":"ROLE_USER","\\ud800":1,'
+        '"parts":[{"text":"echo x"}]}}',
+        "",
+    ),
 }
 
 
@@ -147,7 +172,10 @@ async def test_numbers_beyond_a_double_nan_and_deep_nesting_are_400_class_and_ru
             ("rpc", rpc_body("SendStreamingMessage", _sends(f'"metadata":{obj}'))),
             ("rpc", rpc_body("ListTasks", "{}", nest)),
             ("rest", _sends(f'"metadata":{{"n":{nest}}}').encode()),
-            ("rest", f'{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{{"data":{obj}}}]}}}}'.encode()),
+            (
+                "rest",
+                f'{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{{"data":{obj}}}]}}}}'.encode(),
+            ),
             ("rest", nest.encode()),
         ]
         for binding, body in cases:
@@ -158,7 +186,11 @@ async def test_numbers_beyond_a_double_nan_and_deep_nesting_are_400_class_and_ru
                 assert code in (-32700, -32600, -32602), (depth, response.text[:300])
             else:
                 response = await gw.post("/message:send", content=body, headers=V1)
-                assert response.status_code == 400, (depth, response.status_code, response.text[:300])
+                assert response.status_code == 400, (
+                    depth,
+                    response.status_code,
+                    response.text[:300],
+                )
     await assert_nothing_ran(gw)
     # A deep but ignored envelope member does not stop the call.
     ignored = b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","x":' + b"[" * 900 + b"]" * 900 + b"}"
@@ -168,7 +200,9 @@ async def test_numbers_beyond_a_double_nan_and_deep_nesting_are_400_class_and_ru
 async def test_numbers_a_double_holds_but_the_field_does_not_name_the_field(gw):
     # Within a double's range: the field decides (InvalidParams naming it) -- or takes it.
     for value in ("1e12", "99999999999999999999", "-1" + "0" * 300, "1.5"):
-        response = await gw.post("/", content=rpc_body("ListTasks", '{"pageSize":' + value + "}"), headers=V1)
+        response = await gw.post(
+            "/", content=rpc_body("ListTasks", '{"pageSize":' + value + "}"), headers=V1
+        )
         error = response.json()["error"]
         assert error["code"] == -32602 and violations(error["data"]) == ["pageSize"], (value, error)
     # Query parameters are strings: any size is InvalidParams naming the parameter, briefly.
@@ -179,7 +213,9 @@ async def test_numbers_a_double_holds_but_the_field_does_not_name_the_field(gw):
         assert violations(error["details"]) == [query.split("=")[0]]
         assert len(response.content) < 2000, "the value is not echoed whole"
     response = await gw.get(f"/tasks/t-1?historyLength={HUGE}", headers=V1)
-    assert response.status_code == 400 and violations(response.json()["error"]["details"]) == ["historyLength"]
+    assert response.status_code == 400 and violations(response.json()["error"]["details"]) == [
+        "historyLength"
+    ]
     assert len(response.content) < 2000
     # The largest doubles are accepted where a double goes (a Struct value).
     body = _sends('"metadata":{"max":1.7976931348623157e308,"big":1' + "0" * 308 + "}")
@@ -190,8 +226,12 @@ async def test_numbers_a_double_holds_but_the_field_does_not_name_the_field(gw):
 async def test_only_utf8_text_is_json_here(gw):
     # UTF-16 JSON was read before (json.loads guesses the encoding); the binding is UTF-8 only.
     body = json.dumps({"message": MESSAGE})
-    for raw in (body.encode("utf-16"), body.encode("utf-16-le"), body.encode("utf-32"),
-                body.encode().replace(b"echo", b"ech\xed\xa0\x80")):  # a surrogate in UTF-8 bytes
+    for raw in (
+        body.encode("utf-16"),
+        body.encode("utf-16-le"),
+        body.encode("utf-32"),
+        body.encode().replace(b"echo", b"ech\xed\xa0\x80"),
+    ):  # a surrogate in UTF-8 bytes
         assert_rest_parse_error(await gw.post("/message:send", content=raw, headers=V1))
         assert_jsonrpc_parse_error(await gw.post("/", content=raw, headers=V1))
     await assert_nothing_ran(gw)
@@ -203,8 +243,12 @@ async def test_only_utf8_text_is_json_here(gw):
     body = '{"message":{"messageId":"m-ok","role":"ROLE_USER","parts":[{"text":"' + text + '"}]}}'
     response = await gw.post("/message:send", content=body.encode(), headers=V1)
     assert response.status_code == 200, response.text
-    assert response.json()["task"]["artifacts"][0]["parts"][0]["text"].endswith("\U0001f600 \\ud800")
-    response = await gw.post("/", content=rpc_body("GetTask", '{"id":"nope"}', '"\\ud83d\\ude00"'), headers=V1)
+    assert response.json()["task"]["artifacts"][0]["parts"][0]["text"].endswith(
+        "\U0001f600 \\ud800"
+    )
+    response = await gw.post(
+        "/", content=rpc_body("GetTask", '{"id":"nope"}', '"\\ud83d\\ude00"'), headers=V1
+    )
     assert response.status_code == 200 and response.json()["id"] == "\U0001f600"
     assert response.json()["error"]["code"] == -32001
 
@@ -230,24 +274,47 @@ async def test_tenants_follow_the_id_rules_on_every_binding(gw):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
         for tenant in BAD_TENANTS:
-            await expect_error(stub.SendMessage(pb.SendMessageRequest(tenant=tenant, message=user_message("echo x"))),
-                               grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
-            await expect_error(stub.ListTasks(pb.ListTasksRequest(tenant=tenant)),
-                               grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
+            await expect_error(
+                stub.SendMessage(
+                    pb.SendMessageRequest(tenant=tenant, message=user_message("echo x"))
+                ),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "INVALID_PARAMS",
+            )
+            await expect_error(
+                stub.ListTasks(pb.ListTasksRequest(tenant=tenant)),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "INVALID_PARAMS",
+            )
         # Empty (no tenant) and a valid one are fine; 128 characters is the longest.
         for tenant in ("", "acme", "t" * 128, "Org_1.eu-west:2"):
             await stub.ListTasks(pb.ListTasksRequest(tenant=tenant))
     for tenant in BAD_TENANTS[:-1]:
-        response = await gw.post("/", content=json.dumps(
-            {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-             "params": {"tenant": tenant, "message": MESSAGE}}).encode(), headers=V1)
+        response = await gw.post(
+            "/",
+            content=json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "SendMessage",
+                    "params": {"tenant": tenant, "message": MESSAGE},
+                }
+            ).encode(),
+            headers=V1,
+        )
         error = response.json()["error"]
-        assert error["code"] == -32602 and violations(error["data"]) == ["tenant"], (tenant[:20], error)
+        assert error["code"] == -32602 and violations(error["data"]) == ["tenant"], (
+            tenant[:20],
+            error,
+        )
     for raw in ("a%00b", "a%2Fb", "x%20y", "%C3%BC", "a" * 129):
-        response = await gw.post(f"/{raw}/message:send", content=json.dumps({"message": MESSAGE}).encode(),
-                                 headers=V1)
+        response = await gw.post(
+            f"/{raw}/message:send", content=json.dumps({"message": MESSAGE}).encode(), headers=V1
+        )
         assert response.status_code == 400, (raw[:20], response.text[:300])
         assert violations(response.json()["error"]["details"]) == ["tenant"]
         response = await gw.get(f"/{raw}/tasks", headers=V1)
-        assert response.status_code == 400 and violations(response.json()["error"]["details"]) == ["tenant"]
+        assert response.status_code == 400 and violations(response.json()["error"]["details"]) == [
+            "tenant"
+        ]
     await assert_nothing_ran(gw)

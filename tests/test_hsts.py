@@ -36,13 +36,20 @@ def starlette_app() -> Starlette:
         async def chunks():
             yield b"a"
             yield b"b"
+
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
     async def boom(request):
         raise RuntimeError("unexpected")
 
-    return Starlette(routes=[Route("/ok", ok), Route("/own", own), Route("/stream", stream),
-                             Route("/boom", boom)])
+    return Starlette(
+        routes=[
+            Route("/ok", ok),
+            Route("/own", own),
+            Route("/stream", stream),
+            Route("/boom", boom),
+        ]
+    )
 
 
 def client(app, scheme: str) -> httpx.AsyncClient:
@@ -52,7 +59,13 @@ def client(app, scheme: str) -> httpx.AsyncClient:
 
 async def test_every_https_response_carries_exactly_one_header():
     async with client(HstsMiddleware(starlette_app(), 31_536_000), "https") as http:
-        for path, status in (("/ok", 200), ("/own", 200), ("/stream", 200), ("/missing", 404), ("/boom", 500)):
+        for path, status in (
+            ("/ok", 200),
+            ("/own", 200),
+            ("/stream", 200),
+            ("/missing", 404),
+            ("/boom", 500),
+        ):
             response = await http.get(path)
             assert response.status_code == status, path
             assert response.headers.get_list(STS) == ["max-age=31536000"], path
@@ -66,7 +79,9 @@ async def test_plain_http_responses_never_carry_it():
     # RFC 6797 7.2: not over non-secure transport.
     async with client(HstsMiddleware(starlette_app(), 31_536_000), "http") as http:
         assert STS not in (await http.get("/ok")).headers
-        assert (await http.get("/own")).headers.get_list(STS) == ["max-age=1"]  # the app's own, untouched
+        assert (await http.get("/own")).headers.get_list(STS) == [
+            "max-age=1"
+        ]  # the app's own, untouched
 
 
 async def test_other_scopes_pass_through_untouched():
@@ -105,26 +120,39 @@ def pki(tmp_path_factory):
 
 
 def tls_settings(pki, **extra):
-    return dict(http_port=0, store="memory:", push_notifications=False,
-                tls_cert_file=pki.server_pem, tls_key_file=pki.server_key, **extra)
+    return dict(
+        http_port=0,
+        store="memory:",
+        push_notifications=False,
+        tls_cert_file=pki.server_pem,
+        tls_key_file=pki.server_key,
+        **extra,
+    )
 
 
 async def _headers(service, pki, scheme: str, path: str, **kwargs) -> httpx.Response:
     verify = ssl.create_default_context(cafile=pki.ca_pem) if scheme == "https" else True
-    async with httpx.AsyncClient(base_url=f"{scheme}://localhost:{service.http_port}", verify=verify,
-                                 timeout=10) as http:
+    async with httpx.AsyncClient(
+        base_url=f"{scheme}://localhost:{service.http_port}", verify=verify, timeout=10
+    ) as http:
         return await http.get(path, **kwargs)
 
 
 async def test_the_gateway_sends_it_on_every_response_with_tls(start_service, pki):
     service = await start_service(**tls_settings(pki, **bearer_settings()))
-    for path, status in (("/health", 200), ("/.well-known/agent-card.json", 200), ("/tasks", 401),
-                         ("/no/such/route", 401)):
+    for path, status in (
+        ("/health", 200),
+        ("/.well-known/agent-card.json", 200),
+        ("/tasks", 401),
+        ("/no/such/route", 401),
+    ):
         response = await _headers(service, pki, "https", path)
         assert response.status_code == status, path
         assert response.headers.get_list(STS) == ["max-age=31536000"], path
-    authorized = {"Authorization": "Bearer " + bearer_settings()["auth_bearer_tokens"][0].split("=", 1)[1],
-                  "A2A-Version": "1.0"}
+    authorized = {
+        "Authorization": "Bearer " + bearer_settings()["auth_bearer_tokens"][0].split("=", 1)[1],
+        "A2A-Version": "1.0",
+    }
     for path, status in (("/tasks", 200), ("/tasks/nope", 404)):
         response = await _headers(service, pki, "https", path, headers=authorized)
         assert response.status_code == status and response.headers[STS] == "max-age=31536000", path
@@ -133,7 +161,9 @@ async def test_the_gateway_sends_it_on_every_response_with_tls(start_service, pk
 async def test_the_max_age_is_configurable_and_0_or_no_tls_sends_none(start_service, pki, tmp_path):
     short = await start_service(**tls_settings(pki, tls_hsts_max_age_seconds=300))
     assert (await _headers(short, pki, "https", "/health")).headers[STS] == "max-age=300"
-    off = await start_service(**tls_settings(pki, tls_hsts_max_age_seconds=0, data_dir=str(tmp_path / "off")))
+    off = await start_service(
+        **tls_settings(pki, tls_hsts_max_age_seconds=0, data_dir=str(tmp_path / "off"))
+    )
     assert STS not in (await _headers(off, pki, "https", "/health")).headers
     plain = await start_service(http_port=0, store="memory:", data_dir=str(tmp_path / "plain"))
     assert STS not in (await _headers(plain, pki, "http", "/health")).headers

@@ -36,44 +36,61 @@ async def _cancel(c, tenant, task_id):
 
 
 async def _subscribe(c, tenant, task_id):
-    return await _collect(c.streaming.subscribe(sdk.SubscribeToTaskRequest(tenant=tenant, id=task_id)))
+    return await _collect(
+        c.streaming.subscribe(sdk.SubscribeToTaskRequest(tenant=tenant, id=task_id))
+    )
 
 
 async def _send_to_task(c, tenant, task_id):
     message = user_message("the answer", task_id=task_id)
-    return await _collect(c.unary.send_message(sdk.SendMessageRequest(tenant=tenant, message=message)))
+    return await _collect(
+        c.unary.send_message(sdk.SendMessageRequest(tenant=tenant, message=message))
+    )
 
 
 async def _stream_to_task(c, tenant, task_id):
     message = user_message("the answer", task_id=task_id)
-    return await _collect(c.streaming.send_message(sdk.SendMessageRequest(tenant=tenant, message=message)))
+    return await _collect(
+        c.streaming.send_message(sdk.SendMessageRequest(tenant=tenant, message=message))
+    )
 
 
 async def _create_push(c, tenant, task_id):
-    return await c.unary.create_task_push_notification_config(sdk.TaskPushNotificationConfig(
-        tenant=tenant, task_id=task_id, id="intruder", url="https://example.com/cb"))
+    return await c.unary.create_task_push_notification_config(
+        sdk.TaskPushNotificationConfig(
+            tenant=tenant, task_id=task_id, id="intruder", url="https://example.com/cb"
+        )
+    )
 
 
 async def _get_push(c, tenant, task_id):
     return await c.unary.get_task_push_notification_config(
-        sdk.GetTaskPushNotificationConfigRequest(tenant=tenant, task_id=task_id, id="c1"))
+        sdk.GetTaskPushNotificationConfigRequest(tenant=tenant, task_id=task_id, id="c1")
+    )
 
 
 async def _list_push(c, tenant, task_id):
     return await c.unary.list_task_push_notification_configs(
-        sdk.ListTaskPushNotificationConfigsRequest(tenant=tenant, task_id=task_id))
+        sdk.ListTaskPushNotificationConfigsRequest(tenant=tenant, task_id=task_id)
+    )
 
 
 async def _delete_push(c, tenant, task_id):
     return await c.unary.delete_task_push_notification_config(
-        sdk.DeleteTaskPushNotificationConfigRequest(tenant=tenant, task_id=task_id, id="c1"))
+        sdk.DeleteTaskPushNotificationConfigRequest(tenant=tenant, task_id=task_id, id="c1")
+    )
 
 
 OPERATIONS = [
-    ("GetTask", _get), ("SubscribeToTask", _subscribe), ("CreateTaskPushNotificationConfig", _create_push),
-    ("GetTaskPushNotificationConfig", _get_push), ("ListTaskPushNotificationConfigs", _list_push),
-    ("DeleteTaskPushNotificationConfig", _delete_push), ("SendMessage", _send_to_task),
-    ("SendStreamingMessage", _stream_to_task), ("CancelTask", _cancel),
+    ("GetTask", _get),
+    ("SubscribeToTask", _subscribe),
+    ("CreateTaskPushNotificationConfig", _create_push),
+    ("GetTaskPushNotificationConfig", _get_push),
+    ("ListTaskPushNotificationConfigs", _list_push),
+    ("DeleteTaskPushNotificationConfig", _delete_push),
+    ("SendMessage", _send_to_task),
+    ("SendStreamingMessage", _stream_to_task),
+    ("CancelTask", _cancel),
 ]
 
 
@@ -83,29 +100,50 @@ def _normalized(exc: BaseException, task_id: str) -> str:
 
 @pytest.mark.parametrize("binding", BINDINGS)
 async def test_isolation_matrix(start_service, binding):
-    service = await start_service(http_port=0, agent="tests.agents:ScriptedAgent", **bearer_settings())
-    clients = {who: await sdk_clients(service, binding, credentials={"bearer": TOKENS[who]}) for who in CALLERS}
+    service = await start_service(
+        http_port=0, agent="tests.agents:ScriptedAgent", **bearer_settings()
+    )
+    clients = {
+        who: await sdk_clients(service, binding, credentials={"bearer": TOKENS[who]})
+        for who in CALLERS
+    }
     try:
         # The owner's tasks, one per tenant, paused for input (so every operation applies), each
         # with a push config.
         tasks: dict[str, str] = {}
         for tenant in TENANTS:
-            [event] = await _collect(clients[OWNER].unary.send_message(
-                sdk.SendMessageRequest(tenant=tenant, message=user_message("input more please"))))
+            [event] = await _collect(
+                clients[OWNER].unary.send_message(
+                    sdk.SendMessageRequest(tenant=tenant, message=user_message("input more please"))
+                )
+            )
             assert event.task.status.state == sdk.TASK_STATE_INPUT_REQUIRED
             tasks[tenant] = event.task.id
-            await clients[OWNER].unary.create_task_push_notification_config(sdk.TaskPushNotificationConfig(
-                tenant=tenant, task_id=event.task.id, id="c1", url="https://example.com/owner"))
-        [bobs] = await _collect(clients["bob"].unary.send_message(
-            sdk.SendMessageRequest(tenant="acme", message=user_message("echo mine"))))
+            await clients[OWNER].unary.create_task_push_notification_config(
+                sdk.TaskPushNotificationConfig(
+                    tenant=tenant, task_id=event.task.id, id="c1", url="https://example.com/owner"
+                )
+            )
+        [bobs] = await _collect(
+            clients["bob"].unary.send_message(
+                sdk.SendMessageRequest(tenant="acme", message=user_message("echo mine"))
+            )
+        )
 
         # ListTasks: each (caller, tenant) sees exactly its own.
-        expected_lists = {("alice", "acme"): {tasks["acme"]}, ("alice", "globex"): {tasks["globex"]},
-                          ("bob", "acme"): {bobs.task.id}, ("bob", "globex"): set(),
-                          ("alice", ""): set(), ("bob", ""): set()}
+        expected_lists = {
+            ("alice", "acme"): {tasks["acme"]},
+            ("alice", "globex"): {tasks["globex"]},
+            ("bob", "acme"): {bobs.task.id},
+            ("bob", "globex"): set(),
+            ("alice", ""): set(),
+            ("bob", ""): set(),
+        }
         for (who, tenant), expected in expected_lists.items():
             listed = await clients[who].unary.list_tasks(sdk.ListTasksRequest(tenant=tenant))
-            assert {t.id for t in listed.tasks} == expected and listed.total_size == len(expected), (who, tenant)
+            assert {t.id for t in listed.tasks} == expected and listed.total_size == len(
+                expected
+            ), (who, tenant)
 
         # Every foreign view of every task: TaskNotFoundError, indistinguishable from a missing task.
         failures = []
@@ -123,13 +161,19 @@ async def test_isolation_matrix(start_service, binding):
                                 await operation(clients[who], tenant, missing_id)
                             except sdk_errors.TaskNotFoundError as missing:
                                 if _normalized(exc, task_id) != _normalized(missing, missing_id):
-                                    failures.append(f"{name} as {who}@{tenant!r}: message differs from a "
-                                                    f"missing task's: {exc} / {missing}")
+                                    failures.append(
+                                        f"{name} as {who}@{tenant!r}: message differs from a "
+                                        f"missing task's: {exc} / {missing}"
+                                    )
                         except Exception as exc:  # noqa: BLE001 - collected for the report
-                            failures.append(f"{name} as {who}@{tenant!r} on {task_tenant} task: "
-                                            f"{type(exc).__name__}: {exc}")
+                            failures.append(
+                                f"{name} as {who}@{tenant!r} on {task_tenant} task: "
+                                f"{type(exc).__name__}: {exc}"
+                            )
                         else:
-                            failures.append(f"{name} as {who}@{tenant!r} on {task_tenant} task: succeeded")
+                            failures.append(
+                                f"{name} as {who}@{tenant!r} on {task_tenant} task: succeeded"
+                            )
         assert not failures, "\n".join(failures)
 
         # Nothing the others tried changed the owner's tasks or configs.
@@ -167,7 +211,9 @@ async def test_anonymous_callers_share_nothing_with_authenticated_ones(start_ser
     anonymous, named = CallContext(), CallContext(principal="bearer:alice")
     from gen import a2a_pb2 as pb
 
-    created = await api.SendMessage(pb.SendMessageRequest(message=user_message("echo hi")), anonymous)
+    created = await api.SendMessage(
+        pb.SendMessageRequest(message=user_message("echo hi")), anonymous
+    )
     with pytest.raises(TaskNotFoundError):
         await api.GetTask(pb.GetTaskRequest(id=created.task.id), named)
     assert (await api.ListTasks(pb.ListTasksRequest(), named)).total_size == 0

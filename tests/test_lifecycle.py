@@ -49,8 +49,10 @@ def parse_sse(text: str) -> list[tuple[str | None, str | None, dict]]:
 async def stored_events(http_port: int, task_id: str) -> list[tuple[str | None, str | None, dict]]:
     """Every stored event of a task (SubscribeToTask resumed after event 0)."""
     async with httpx.AsyncClient(timeout=20) as client:
-        r = await client.get(f"http://127.0.0.1:{http_port}/tasks/{task_id}:subscribe",
-                             headers=V1 | {"Last-Event-ID": "0"})
+        r = await client.get(
+            f"http://127.0.0.1:{http_port}/tasks/{task_id}:subscribe",
+            headers=V1 | {"Last-Event-ID": "0"},
+        )
     assert r.status_code == 200, r.text
     return parse_sse(r.text)
 
@@ -80,13 +82,26 @@ async def test_second_server_on_one_data_dir_refuses_and_touches_nothing(tmp_pat
     data = tmp_path / "data"
     extra = ["--push-notifications", "true"] if push else []
     http_port = free_port()
-    first = ServerProcess("--http-port", str(http_port), "--data-dir", str(data), "--agent", "command",
-                          "--command", COUNT_TO_SIX, *extra).start()
+    first = ServerProcess(
+        "--http-port",
+        str(http_port),
+        "--data-dir",
+        str(data),
+        "--agent",
+        "command",
+        "--command",
+        COUNT_TO_SIX,
+        *extra,
+    ).start()
     try:
         async with grpc.aio.insecure_channel(first.address) as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
             config = pb.SendMessageConfiguration(return_immediately=True)
-            task = (await stub.SendMessage(pb.SendMessageRequest(message=user_message("go"), configuration=config))).task
+            task = (
+                await stub.SendMessage(
+                    pb.SendMessageRequest(message=user_message("go"), configuration=config)
+                )
+            ).task
 
             second = ServerProcess("--data-dir", str(data), *extra)
             with pytest.raises(RuntimeError, match="exited during startup"):
@@ -107,8 +122,12 @@ async def test_second_server_on_one_data_dir_refuses_and_touches_nothing(tmp_pat
     states = [state_of(e[2]) for e in events if state_of(e[2])]
     assert states[-1] == "TASK_STATE_COMPLETED" and states.count("TASK_STATE_COMPLETED") == 1
     assert "TASK_STATE_FAILED" not in states
-    text = "".join(p["text"] for e in events if "artifactUpdate" in e[2]
-                   for p in e[2]["artifactUpdate"]["artifact"]["parts"])
+    text = "".join(
+        p["text"]
+        for e in events
+        if "artifactUpdate" in e[2]
+        for p in e[2]["artifactUpdate"]["artifact"]["parts"]
+    )
     assert text == "1\n2\n3\n4\n5\n6\n"
     log = first.rest_of_output()
     assert "commit failed" not in log and "UNIQUE" not in log
@@ -125,16 +144,25 @@ async def test_a_killed_owner_leaves_no_stale_lock(tmp_path):
 # ------------------------------------------------------------------ drain
 
 
-def _sdk_config(binding: str, http: httpx.AsyncClient, channels: list, streaming: bool) -> ClientConfig:
+def _sdk_config(
+    binding: str, http: httpx.AsyncClient, channels: list, streaming: bool
+) -> ClientConfig:
     def channel_factory(url: str) -> grpc.aio.Channel:
         channels.append(grpc.aio.insecure_channel(url))
         return channels[-1]
 
-    return ClientConfig(streaming=streaming, supported_protocol_bindings=[binding], use_client_preference=True,
-                        httpx_client=http, grpc_channel_factory=channel_factory)
+    return ClientConfig(
+        streaming=streaming,
+        supported_protocol_bindings=[binding],
+        use_client_preference=True,
+        httpx_client=http,
+        grpc_channel_factory=channel_factory,
+    )
 
 
-async def _stream_until_end(client, text: str, first_events: asyncio.Event, seen: list) -> BaseException | None:
+async def _stream_until_end(
+    client, text: str, first_events: asyncio.Event, seen: list
+) -> BaseException | None:
     """Send a streaming message with the a2a-sdk client; record events; return how it ended."""
     try:
         async for event in client.send_message(sdk.SendMessageRequest(message=user_message(text))):
@@ -168,46 +196,89 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
     receiver = await Receiver().start()
     http_port = free_port()
     data = tmp_path / "data"
-    args = ("--http-port", str(http_port), "--data-dir", str(data), "--agent", "tests.agents:ScriptedAgent",
-            "--push-notifications", "true")
-    env = {"A2A_DRAIN_SECONDS": "4", "A2A_DRAIN_GRACE_SECONDS": "0.3", "A2A_PUSH_ALLOW_NETWORKS": "127.0.0.1/32",
-           "A2A_PUSH_RETRY_BASE_SECONDS": "0.2"}
+    args = (
+        "--http-port",
+        str(http_port),
+        "--data-dir",
+        str(data),
+        "--agent",
+        "tests.agents:ScriptedAgent",
+        "--push-notifications",
+        "true",
+    )
+    env = {
+        "A2A_DRAIN_SECONDS": "4",
+        "A2A_DRAIN_GRACE_SECONDS": "0.3",
+        "A2A_PUSH_ALLOW_NETWORKS": "127.0.0.1/32",
+        "A2A_PUSH_RETRY_BASE_SECONDS": "0.2",
+    }
     server = ServerProcess(*args, env=env).start()
     base = f"http://127.0.0.1:{http_port}"
     http = httpx.AsyncClient(timeout=30)
     channels: list[grpc.aio.Channel] = []
     bindings = ["GRPC", "JSONRPC", "HTTP+JSON"]
     try:
-        streaming = {b: await create_client(base, _sdk_config(b, http, channels, True)) for b in bindings}
-        unary = {b: await create_client(base, _sdk_config(b, http, channels, False)) for b in bindings}
+        streaming = {
+            b: await create_client(base, _sdk_config(b, http, channels, True)) for b in bindings
+        }
+        unary = {
+            b: await create_client(base, _sdk_config(b, http, channels, False)) for b in bindings
+        }
         # Load: per binding a stream of a task that outlives the drain, one that ends within
         # it, and a blocking send that outlives it; plus a pushed task and a raw SSE stream.
         hang_seen = {b: [] for b in bindings}
         slow_seen = {b: [] for b in bindings}
         started = {b: asyncio.Event() for b in bindings}
-        hang_streams = {b: asyncio.create_task(_stream_until_end(streaming[b], "hang", started[b], hang_seen[b]))
-                        for b in bindings}
+        hang_streams = {
+            b: asyncio.create_task(
+                _stream_until_end(streaming[b], "hang", started[b], hang_seen[b])
+            )
+            for b in bindings
+        }
         for event in started.values():
             await asyncio.wait_for(event.wait(), 20)
-        blocking = {b: asyncio.create_task(_collect(unary[b].send_message(
-            sdk.SendMessageRequest(message=user_message("hang"))))) for b in bindings}
+        blocking = {
+            b: asyncio.create_task(
+                _collect(
+                    unary[b].send_message(sdk.SendMessageRequest(message=user_message("hang")))
+                )
+            )
+            for b in bindings
+        }
         channel = grpc.aio.insecure_channel(server.address)
         channels.append(channel)
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
         push_config = pb.TaskPushNotificationConfig(id="hook", url=receiver.url)
-        pushed = (await stub.SendMessage(pb.SendMessageRequest(
-            message=user_message("hang"), configuration=pb.SendMessageConfiguration(
-                return_immediately=True, task_push_notification_config=push_config)))).task
-        raw = http.stream("POST", f"{base}/message:stream", headers=V1,
-                          json={"message": {"messageId": "raw-1", "role": "ROLE_USER", "parts": [{"text": "hang"}]}})
+        pushed = (
+            await stub.SendMessage(
+                pb.SendMessageRequest(
+                    message=user_message("hang"),
+                    configuration=pb.SendMessageConfiguration(
+                        return_immediately=True, task_push_notification_config=push_config
+                    ),
+                )
+            )
+        ).task
+        raw = http.stream(
+            "POST",
+            f"{base}/message:stream",
+            headers=V1,
+            json={
+                "message": {"messageId": "raw-1", "role": "ROLE_USER", "parts": [{"text": "hang"}]}
+            },
+        )
         raw_response = await raw.__aenter__()
         raw_lines = raw_response.aiter_lines()
         raw_text = ""
         while raw_text.count("\n\n") < 2:  # the task snapshot and WORKING
             raw_text += await anext(raw_lines) + "\n"
         slow_started = {b: asyncio.Event() for b in bindings}
-        slow_streams = {b: asyncio.create_task(_stream_until_end(streaming[b], "slow 10", slow_started[b], slow_seen[b]))
-                        for b in bindings}
+        slow_streams = {
+            b: asyncio.create_task(
+                _stream_until_end(streaming[b], "slow 10", slow_started[b], slow_seen[b])
+            )
+            for b in bindings
+        }
         for event in slow_started.values():
             await asyncio.wait_for(event.wait(), 20)
 
@@ -218,8 +289,10 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
         health = health_pb2_grpc.HealthStub(channel)
 
         async def not_serving() -> bool:
-            checks = [await health.Check(health_pb2.HealthCheckRequest(service=name))
-                      for name in ("", "lf.a2a.v1.A2AService")]
+            checks = [
+                await health.Check(health_pb2.HealthCheckRequest(service=name))
+                for name in ("", "lf.a2a.v1.A2AService")
+            ]
             return all(c.status == health_pb2.HealthCheckResponse.NOT_SERVING for c in checks)
 
         await eventually(not_serving, 10, "gRPC health NOT_SERVING")
@@ -240,10 +313,15 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
         r = await http.get(f"{base}/tasks/{pushed.id}", headers=V1)
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["status"] == "UNAVAILABLE"
-        r = await http.post(f"{base}/", headers=V1,
-                            json={"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": pushed.id}})
+        r = await http.post(
+            f"{base}/",
+            headers=V1,
+            json={"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": pushed.id}},
+        )
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
-        assert r.json()["error"]["code"] == -32603 and "shutting down" in r.json()["error"]["message"]
+        assert (
+            r.json()["error"]["code"] == -32603 and "shutting down" in r.json()["error"]["message"]
+        )
 
         # Streams of tasks that ended within the drain ended normally.
         for b in bindings:
@@ -260,7 +338,9 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
             raw_text += line + "\n"
         await raw.__aexit__(None, None, None)
         raw_events = parse_sse(raw_text)
-        assert raw_events[-1][1] == "error" and raw_events[-1][2]["error"]["status"] == "UNAVAILABLE"
+        assert (
+            raw_events[-1][1] == "error" and raw_events[-1][2]["error"]["status"] == "UNAVAILABLE"
+        )
         assert "Last-Event-ID" in raw_events[-1][2]["error"]["message"]
         raw_task_id, raw_last_id = raw_events[0][2]["task"]["id"], int(raw_events[-2][0])
         # Blocking sends in flight answer with the task settled by the shutdown, alike everywhere.
@@ -289,14 +369,19 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
             listed = await stub.ListTasks(pb.ListTasksRequest(page_size=100))
             states = {t.id: t.status.state for t in listed.tasks}
             assert len(states) == 3 * 3 + 2
-            assert pb.TASK_STATE_WORKING not in states.values() and pb.TASK_STATE_SUBMITTED not in states.values()
+            assert (
+                pb.TASK_STATE_WORKING not in states.values()
+                and pb.TASK_STATE_SUBMITTED not in states.values()
+            )
             for task in listed.tasks:
                 if task.status.state == pb.TASK_STATE_FAILED:
                     assert task.status.message.parts[0].text == SHUTDOWN_MESSAGE
             assert sorted(states.values()).count(pb.TASK_STATE_COMPLETED) == 3
         async with httpx.AsyncClient(timeout=20) as client:
-            r = await client.get(f"{base}/tasks/{raw_task_id}:subscribe",
-                                 headers=V1 | {"Last-Event-ID": str(raw_last_id)})
+            r = await client.get(
+                f"{base}/tasks/{raw_task_id}:subscribe",
+                headers=V1 | {"Last-Event-ID": str(raw_last_id)},
+            )
         resumed = parse_sse(r.text)
         assert [int(e[0]) for e in resumed] == [raw_last_id + 1]
         assert state_of(resumed[0][2]) == "TASK_STATE_FAILED"
@@ -323,8 +408,11 @@ async def _collect(iterator) -> list:
 def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", *args],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -346,12 +434,18 @@ def taken_port():
 
 
 def test_grpc_port_in_use_is_one_line(tmp_path, taken_port):
-    result = _serve("--grpc-port", str(taken_port), "--http-port", "0", "--data-dir", str(tmp_path / "d"))
-    _one_line(result, f"grpc_port: cannot listen on 127.0.0.1:{taken_port} (Address already in use)")
+    result = _serve(
+        "--grpc-port", str(taken_port), "--http-port", "0", "--data-dir", str(tmp_path / "d")
+    )
+    _one_line(
+        result, f"grpc_port: cannot listen on 127.0.0.1:{taken_port} (Address already in use)"
+    )
 
 
 def test_http_port_in_use_is_one_line(tmp_path, taken_port):
-    result = _serve("--grpc-port", "0", "--http-port", str(taken_port), "--data-dir", str(tmp_path / "d"))
+    result = _serve(
+        "--grpc-port", "0", "--http-port", str(taken_port), "--data-dir", str(tmp_path / "d")
+    )
     _one_line(result, "http_port: ")
     assert "Address already in use" in result.stderr
 
@@ -366,34 +460,79 @@ def test_unusable_data_dir_is_one_line(tmp_path):
 def test_unreadable_database_is_one_line(tmp_path):
     db = tmp_path / "tasks.db"
     db.write_bytes(b"this is not an sqlite database" * 100)
-    result = _serve("--grpc-port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d"),
-                    "--store", f"sqlite:{db}")
+    result = _serve(
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--store",
+        f"sqlite:{db}",
+    )
     _one_line(result, "store: cannot open sqlite:")
 
 
 def test_unknown_agent_is_one_line(tmp_path):
-    result = _serve("--grpc-port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d"),
-                    "--agent", "no_such_module:Agent")
+    result = _serve(
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--agent",
+        "no_such_module:Agent",
+    )
     _one_line(result, "agent: ")
 
 
 def test_unreachable_redis_is_one_line(tmp_path):
-    result = _serve("--grpc-port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d"),
-                    "--push-notifications", "true",
-                    env={"A2A_PUSH_QUEUE": "redis-streams", "A2A_PUSH_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    result = _serve(
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--push-notifications",
+        "true",
+        env={
+            "A2A_PUSH_QUEUE": "redis-streams",
+            "A2A_PUSH_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        },
+    )
     _one_line(result, "push_redis_url: ")
 
 
 def test_missing_tls_file_is_one_line(tmp_path):
-    result = _serve("--grpc-port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d"),
-                    env={"A2A_TLS_CERT_FILE": str(tmp_path / "none.pem"), "A2A_TLS_KEY_FILE": str(tmp_path / "none.key")})
+    result = _serve(
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "d"),
+        env={
+            "A2A_TLS_CERT_FILE": str(tmp_path / "none.pem"),
+            "A2A_TLS_KEY_FILE": str(tmp_path / "none.key"),
+        },
+    )
     assert result.returncode == 2, result.stderr
     assert "tls_cert_file" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_debug_log_level_adds_the_traceback(tmp_path, taken_port):
-    result = _serve("--grpc-port", "0", "--http-port", str(taken_port), "--data-dir", str(tmp_path / "d"),
-                    "--log-level", "DEBUG")
+    result = _serve(
+        "--grpc-port",
+        "0",
+        "--http-port",
+        str(taken_port),
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--log-level",
+        "DEBUG",
+    )
     assert result.returncode == 2
     assert "Traceback" in result.stderr and "cannot start: http_port: " in result.stderr
 
@@ -411,13 +550,21 @@ async def test_reflection_is_served_as_v1_and_v1alpha(start_service):
 
     service = await start_service(store="memory:")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
-        for name in ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"):
+        for name in (
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ):
             call = channel.stream_stream(
                 f"/{name}/ServerReflectionInfo",
                 request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
             )
-            responses = [r async for r in call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))]
+            responses = [
+                r
+                async for r in call(
+                    iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+                )
+            ]
             names = {s.name for s in responses[0].list_services_response.service}
             assert {"lf.a2a.v1.A2AService", "grpc.health.v1.Health", name} <= names, (name, names)
 
@@ -427,13 +574,21 @@ async def test_a_draining_proxy_ends_relayed_streams_recognisably(start_service,
     from tests.conftest import make_settings
 
     upstream = await start_service(store="memory:", agent="tests.agents:ScriptedAgent")
-    proxy = Service(make_settings(tmp_path / "proxy", http_port=0, upstream=f"127.0.0.1:{upstream.grpc_port}",
-                                  agent="tests.agents:ScriptedAgent", drain_seconds=0.3))
+    proxy = Service(
+        make_settings(
+            tmp_path / "proxy",
+            http_port=0,
+            upstream=f"127.0.0.1:{upstream.grpc_port}",
+            agent="tests.agents:ScriptedAgent",
+            drain_seconds=0.3,
+        )
+    )
     await proxy.start()
     body = {"message": {"messageId": "p1", "role": "ROLE_USER", "parts": [{"text": "hang"}]}}
     async with httpx.AsyncClient(timeout=20) as client:
-        async with client.stream("POST", f"http://127.0.0.1:{proxy.http_port}/message:stream",
-                                 headers=V1, json=body) as response:
+        async with client.stream(
+            "POST", f"http://127.0.0.1:{proxy.http_port}/message:stream", headers=V1, json=body
+        ) as response:
             lines = response.aiter_lines()
             text = ""
             while text.count("\n\n") < 2:  # the task, then WORKING

@@ -14,8 +14,13 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU 
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def phony_targets() -> list[str]:

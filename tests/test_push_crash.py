@@ -34,7 +34,11 @@ async def queue_env(request):
         return
     url = await redis_or_skip()
     prefix = unique_prefix()
-    yield {"A2A_PUSH_QUEUE": "redis-streams", "A2A_PUSH_REDIS_PREFIX": prefix, "A2A_PUSH_REDIS_URL": url}
+    yield {
+        "A2A_PUSH_QUEUE": "redis-streams",
+        "A2A_PUSH_REDIS_PREFIX": prefix,
+        "A2A_PUSH_REDIS_URL": url,
+    }
     await delete_prefix(prefix)
 
 
@@ -63,18 +67,24 @@ async def test_kill_9_mid_delivery_then_restart_delivers_everything(tmp_path, qu
         async with grpc.aio.insecure_channel(first.address) as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
             for _ in range(4):
-                streamed = [e async for e in stub.SendStreamingMessage(with_push("chunks 15", receiver.url))]
+                streamed = [
+                    e async for e in stub.SendStreamingMessage(with_push("chunks 15", receiver.url))
+                ]
                 expected[streamed[0].task.id] = len(streamed)
         total = sum(expected.values())
         await eventually(lambda: len(receiver.requests) >= total // 3, what="some deliveries")
     finally:
         first.kill9()
     delivered_before = len(receiver.accepted())
-    assert delivered_before < total, "everything was delivered before the crash; the test proves nothing"
+    assert delivered_before < total, (
+        "everything was delivered before the crash; the test proves nothing"
+    )
 
     second = ServerProcess(*args, env=env).start()
     try:
-        await eventually(lambda: len(receiver.accepted()) == total, seconds=30, what="every notification")
+        await eventually(
+            lambda: len(receiver.accepted()) == total, seconds=30, what="every notification"
+        )
         await asyncio.sleep(0.3)
     finally:
         assert second.stop() == 0
@@ -92,16 +102,26 @@ async def test_events_committed_but_never_enqueued_are_found_at_restart(tmp_path
     """The crash window between commit and enqueue: the dispatcher never ran for these
     commits, yet the restarted service finds them from the cursors and the store."""
     receiver = await Receiver().start()
-    settings = {k[len("A2A_"):].lower(): v for k, v in queue_env.items()}
-    base = make_settings(tmp_path, agent="tests.agents:ScriptedAgent", push_allow_networks=["127.0.0.0/8"],
-                         push_retry_base_seconds=0.05, push_retry_max_seconds=0.2, **settings)
+    settings = {k[len("A2A_") :].lower(): v for k, v in queue_env.items()}
+    base = make_settings(
+        tmp_path,
+        agent="tests.agents:ScriptedAgent",
+        push_allow_networks=["127.0.0.0/8"],
+        push_retry_base_seconds=0.05,
+        push_retry_max_seconds=0.2,
+        **settings,
+    )
     service = Service(base)
     await service.start()
-    service.push.dispatcher.poke = lambda *a, **k: None  # the process "dies" right after each commit
+    service.push.dispatcher.poke = lambda *a, **k: (
+        None
+    )  # the process "dies" right after each commit
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            streamed = [e async for e in stub.SendStreamingMessage(with_push("chunks 5", receiver.url))]
+            streamed = [
+                e async for e in stub.SendStreamingMessage(with_push("chunks 5", receiver.url))
+            ]
         await asyncio.sleep(0.3)
         assert receiver.requests == []
     finally:
@@ -110,7 +130,9 @@ async def test_events_committed_but_never_enqueued_are_found_at_restart(tmp_path
     again = Service(Settings(**vars(base)))
     await again.start()
     try:
-        await eventually(lambda: len(receiver.accepted()) == len(streamed), what="the missed events")
+        await eventually(
+            lambda: len(receiver.accepted()) == len(streamed), what="the missed events"
+        )
     finally:
         await again.stop()
         await receiver.stop()

@@ -39,8 +39,12 @@ class Backend:
         else:
             if not same_worker:
                 self.workers += 1
-            queue = RedisQueue(self.url, prefix=self.prefix, consumer=f"worker-{self.workers}",
-                               lease_seconds=lease_seconds)
+            queue = RedisQueue(
+                self.url,
+                prefix=self.prefix,
+                consumer=f"worker-{self.workers}",
+                lease_seconds=lease_seconds,
+            )
         await queue.open()
         self.made.append(queue)
         return queue
@@ -113,8 +117,13 @@ async def test_lanes_are_independent(backend):
     await q.enqueue(jobs(TASK_B, "c1", [7]))
     leases = await q.lease(10)
     assert sorted((lease.job.task_id, lease.job.config_id, lease.job.seq) for lease in leases) == [
-        ("task-a", "c1", 1), ("task-a", "c2", 1), ("task-b", "c1", 7)]
-    slow = next(lease for lease in leases if lease.job.config_id == "c1" and lease.job.task_id == "task-a")
+        ("task-a", "c1", 1),
+        ("task-a", "c2", 1),
+        ("task-b", "c1", 7),
+    ]
+    slow = next(
+        lease for lease in leases if lease.job.config_id == "c1" and lease.job.task_id == "task-a"
+    )
     for lease in leases:
         if lease is not slow:
             await q.ack(lease)
@@ -162,7 +171,10 @@ async def test_dead_letter_list_and_replay(backend):
     assert nxt.job.seq == 2
     await q.dead(nxt, nxt.job, "HTTP 410")
     dead = await q.list_dead()
-    assert [(d.job.seq, d.error, d.job.attempts) for d in dead] == [(1, "HTTP 404", 4), (2, "HTTP 410", 0)]
+    assert [(d.job.seq, d.error, d.job.attempts) for d in dead] == [
+        (1, "HTTP 404", 4),
+        (2, "HTTP 410", 0),
+    ]
     assert all(d.failed_at > 0 for d in dead)
     assert await q.replay_dead([dead[0].id]) == 1
     assert [d.job.seq for d in await q.list_dead()] == [2]
@@ -188,7 +200,9 @@ async def test_cursors_move_with_compare_and_set(backend):
     assert await q.lease(10) == []  # nothing was added
     assert await q.enqueue(jobs(TASK_A, "c1", [4, 5]), CursorMove(key, 3, 5))
     assert await q.cursors(TASK_A) == {"c1": 5}
-    assert not await q.enqueue(jobs(TASK_A, "c1", [4, 5]), CursorMove(key, 3, 5))  # no double enqueue
+    assert not await q.enqueue(
+        jobs(TASK_A, "c1", [4, 5]), CursorMove(key, 3, 5)
+    )  # no double enqueue
     assert [j.seq for j in await drain(q)] == [4, 5]
     await q.drop_cursor(key)
     assert await q.cursors(TASK_A) == {} and TASK_A not in await q.cursor_tasks()
@@ -209,7 +223,11 @@ async def test_crash_and_restart_hands_out_every_unacknowledged_job(backend):
     assert await restarted.cursors(TASK_A) == {"c1": 3}
     delivered = await drain(restarted)
     assert sorted((j.task_id, j.seq) for j in delivered) == [
-        ("task-a", 1), ("task-a", 2), ("task-a", 3), ("task-b", 1)]
+        ("task-a", 1),
+        ("task-a", 2),
+        ("task-a", 3),
+        ("task-b", 1),
+    ]
     assert [j.seq for j in delivered if j.task_id == "task-a"] == [1, 2, 3]  # still in order
 
 

@@ -109,12 +109,15 @@ async def test_policy_refuses(url):
     assert str(info.value)
 
 
-@pytest.mark.parametrize("url, addresses", [
-    ("https://public.example.com/hook", ("93.184.216.34",)),
-    ("http://93.184.216.34:8080/x", ("93.184.216.34",)),
-    ("https://[2606:4700::1111]/", ("2606:4700::1111",)),
-    ("http://[64:ff9b::5db8:d822]/", ("64:ff9b::5db8:d822",)),  # NAT64 of a public address
-])
+@pytest.mark.parametrize(
+    "url, addresses",
+    [
+        ("https://public.example.com/hook", ("93.184.216.34",)),
+        ("http://93.184.216.34:8080/x", ("93.184.216.34",)),
+        ("https://[2606:4700::1111]/", ("2606:4700::1111",)),
+        ("http://[64:ff9b::5db8:d822]/", ("64:ff9b::5db8:d822",)),  # NAT64 of a public address
+    ],
+)
 async def test_policy_accepts_public_targets(url, addresses):
     target = await CallbackPolicy(resolver=fake_resolver).check(url)
     assert target.addresses == addresses
@@ -122,7 +125,9 @@ async def test_policy_accepts_public_targets(url, addresses):
 
 async def test_operator_allowlist_opens_exactly_what_it_names():
     policy = CallbackPolicy.from_lists(["hooks.corp"], ["127.0.0.1/32", "fd00:1::/64"])
-    policy.resolver = lambda host, port: fake_resolver(host, port) if host != "hooks.corp" else _const(["10.1.1.1"])
+    policy.resolver = lambda host, port: (
+        fake_resolver(host, port) if host != "hooks.corp" else _const(["10.1.1.1"])
+    )
     assert (await policy.check("http://127.0.0.1:9/")).addresses == ("127.0.0.1",)
     assert (await policy.check("http://[fd00:1::5]/")).addresses == ("fd00:1::5",)
     assert (await policy.check("http://hooks.corp/")).addresses == ("10.1.1.1",)
@@ -149,7 +154,11 @@ async def test_connection_is_pinned_to_the_checked_address():
         policy = CallbackPolicy.from_lists([], ["127.0.0.1/32"])
         policy.resolver = fake_resolver  # the system resolver does not know this name
         client = CallbackClient(policy, timeout=5)
-        reply = await client.post(f"http://hook.test.example:{receiver.port}/x", [("Content-Type", "application/json")], b"{}")
+        reply = await client.post(
+            f"http://hook.test.example:{receiver.port}/x",
+            [("Content-Type", "application/json")],
+            b"{}",
+        )
         assert reply.status == 200
         assert receiver.requests[0].headers["host"] == f"hook.test.example:{receiver.port}"
         DNS["hook.test.example"] = ["10.9.9.9"]  # "rebinding": the next check refuses it
@@ -179,19 +188,28 @@ async def test_every_hostile_url_is_refused_at_create_time(stub):
     task = (await stub.SendMessage(pb.SendMessageRequest(message=user_message("echo hi")))).task
     for url in HOSTILE:
         config = pb.TaskPushNotificationConfig(task_id=task.id, url=url)
-        err = await expect_error(stub.CreateTaskPushNotificationConfig(config),
-                                 grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
+        err = await expect_error(
+            stub.CreateTaskPushNotificationConfig(config),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_PARAMS",
+        )
         _, violations = error_details(err)
         assert violations and violations[0][0] == "url", (url, violations)
         assert err.details().startswith("url: "), err.details()
-    listed = await stub.ListTaskPushNotificationConfigs(pb.ListTaskPushNotificationConfigsRequest(task_id=task.id))
+    listed = await stub.ListTaskPushNotificationConfigs(
+        pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
     assert list(listed.configs) == []
 
 
 async def test_hostile_url_inside_send_message_is_refused_before_the_task_starts(stub):
     request = pb.SendMessageRequest(message=user_message("echo hi"))
-    request.configuration.task_push_notification_config.url = "http://169.254.169.254/latest/meta-data/"
-    err = await expect_error(stub.SendMessage(request), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
+    request.configuration.task_push_notification_config.url = (
+        "http://169.254.169.254/latest/meta-data/"
+    )
+    err = await expect_error(
+        stub.SendMessage(request), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS"
+    )
     assert "link-local" in err.details()
     _, violations = error_details(err)
     assert violations[0][0] == "configuration.taskPushNotificationConfig.url"
@@ -201,22 +219,45 @@ async def test_hostile_url_inside_send_message_is_refused_before_the_task_starts
 async def test_public_and_unresolvable_urls_are_accepted(stub):
     task = (await stub.SendMessage(pb.SendMessageRequest(message=user_message("echo hi")))).task
     for url in ("https://public.example.com/hook", "https://nowhere.example.org/hook"):
-        created = await stub.CreateTaskPushNotificationConfig(pb.TaskPushNotificationConfig(task_id=task.id, url=url))
+        created = await stub.CreateTaskPushNotificationConfig(
+            pb.TaskPushNotificationConfig(task_id=task.id, url=url)
+        )
         assert created.url == url
 
 
-@pytest.mark.parametrize("field, config", [
-    ("token", pb.TaskPushNotificationConfig(url="https://public.example.com/", token="a\r\nX-Evil: 1")),
-    ("authentication.credentials", pb.TaskPushNotificationConfig(
-        url="https://public.example.com/", authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="x\ny"))),
-    ("authentication.scheme", pb.TaskPushNotificationConfig(
-        url="https://public.example.com/", authentication=pb.AuthenticationInfo(scheme="Bearer x", credentials="y"))),
-])
+@pytest.mark.parametrize(
+    "field, config",
+    [
+        (
+            "token",
+            pb.TaskPushNotificationConfig(
+                url="https://public.example.com/", token="a\r\nX-Evil: 1"
+            ),
+        ),
+        (
+            "authentication.credentials",
+            pb.TaskPushNotificationConfig(
+                url="https://public.example.com/",
+                authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="x\ny"),
+            ),
+        ),
+        (
+            "authentication.scheme",
+            pb.TaskPushNotificationConfig(
+                url="https://public.example.com/",
+                authentication=pb.AuthenticationInfo(scheme="Bearer x", credentials="y"),
+            ),
+        ),
+    ],
+)
 async def test_header_injection_in_secrets_is_refused(stub, field, config):
     task = (await stub.SendMessage(pb.SendMessageRequest(message=user_message("echo hi")))).task
     config.task_id = task.id
-    err = await expect_error(stub.CreateTaskPushNotificationConfig(config),
-                             grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS")
+    err = await expect_error(
+        stub.CreateTaskPushNotificationConfig(config),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_PARAMS",
+    )
     assert error_details(err)[1][0][0] == field
 
 
@@ -227,11 +268,18 @@ async def test_delivery_checks_again_and_refuses_a_name_that_now_resolves_privat
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            task = (await stub.SendMessage(pb.SendMessageRequest(message=user_message("input more")))).task
-            await stub.CreateTaskPushNotificationConfig(pb.TaskPushNotificationConfig(
-                task_id=task.id, id="flip", url="http://flip.example.com/hook"))
+            task = (
+                await stub.SendMessage(pb.SendMessageRequest(message=user_message("input more")))
+            ).task
+            await stub.CreateTaskPushNotificationConfig(
+                pb.TaskPushNotificationConfig(
+                    task_id=task.id, id="flip", url="http://flip.example.com/hook"
+                )
+            )
             DNS["flip.example.com"] = ["10.0.0.1"]  # the answer changed after the check
-            await stub.SendMessage(pb.SendMessageRequest(message=user_message("ok", task_id=task.id)))
+            await stub.SendMessage(
+                pb.SendMessageRequest(message=user_message("ok", task_id=task.id))
+            )
 
             async def dead() -> list:
                 return await service.push.queue.list_dead()

@@ -40,8 +40,13 @@ def test_retry_after_in_seconds_or_as_a_date():
 
 def test_sealing_rotates_keys_and_refuses_unknown_ones():
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
-    config = pb.TaskPushNotificationConfig(id="c", task_id="t", url="https://x.example/", token="tok",
-                                           authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="cred"))
+    config = pb.TaskPushNotificationConfig(
+        id="c",
+        task_id="t",
+        url="https://x.example/",
+        token="tok",
+        authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="cred"),
+    )
     sealed = SecretBox([old]).seal_config(config)
     assert sealed.token.startswith("fernet:") and "tok" not in sealed.token
     assert sealed.authentication.credentials.startswith("fernet:") and sealed.url == config.url
@@ -57,10 +62,21 @@ def test_sealing_rotates_keys_and_refuses_unknown_ones():
 def test_request_headers():
     job = Job.new(("tenant", "owner", "task-1", "cfg.1"), 7, "{}", time.time())
     bare = dict(request_headers(job, pb.TaskPushNotificationConfig(url="https://x.example/")))
-    assert bare == {"Content-Type": "application/json", "User-Agent": bare["User-Agent"],
-                    "Idempotency-Key": "task-1/7/cfg.1"}
-    full = dict(request_headers(job, pb.TaskPushNotificationConfig(
-        url="https://x.example/", token="t", authentication=pb.AuthenticationInfo(credentials="c"))))
+    assert bare == {
+        "Content-Type": "application/json",
+        "User-Agent": bare["User-Agent"],
+        "Idempotency-Key": "task-1/7/cfg.1",
+    }
+    full = dict(
+        request_headers(
+            job,
+            pb.TaskPushNotificationConfig(
+                url="https://x.example/",
+                token="t",
+                authentication=pb.AuthenticationInfo(credentials="c"),
+            ),
+        )
+    )
     assert full["Authorization"] == "Bearer c" and full["X-A2A-Notification-Token"] == "t"
 
 
@@ -69,8 +85,14 @@ def test_request_headers():
 
 def push_dead(*args: str, cwd=ROOT, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("A2A_")}
-    return subprocess.run([sys.executable, "-m", "service", "push-dead", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, env={**clean, "PYTHONPATH": str(ROOT), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "service", "push-dead", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+    )
 
 
 def test_push_dead_list_says_where_it_looked(tmp_path):
@@ -80,8 +102,13 @@ def test_push_dead_list_says_where_it_looked(tmp_path):
     assert out.returncode == 0 and out.stdout == ""
     assert out.stderr.strip() == f"no dead push jobs in {queue} (local-file queue)"
     out = push_dead("list", cwd=tmp_path)  # the default: ./data, shown as an absolute path
-    assert out.returncode == 0 and out.stderr.strip() == f"no dead push jobs in {queue} (local-file queue)"
-    assert push_dead("list", "--json", "--data-dir", str(tmp_path / "data")).stderr == ""  # none: no lines
+    assert (
+        out.returncode == 0
+        and out.stderr.strip() == f"no dead push jobs in {queue} (local-file queue)"
+    )
+    assert (
+        push_dead("list", "--json", "--data-dir", str(tmp_path / "data")).stderr == ""
+    )  # none: no lines
 
 
 def test_push_dead_lists_a_dead_job_from_the_configured_directory(tmp_path):
@@ -106,7 +133,9 @@ def test_push_dead_with_a_missing_queue_directory_exits_1(tmp_path):
     for args in (("list",), ("replay", "--all")):
         out = push_dead(*args, "--data-dir", str(wrong))
         assert out.returncode == 1 and out.stdout == ""
-        assert out.stderr.startswith(f"no push queue at {wrong / 'push-queue'}: is --data-dir right?")
+        assert out.stderr.startswith(
+            f"no push queue at {wrong / 'push-queue'}: is --data-dir right?"
+        )
     assert not wrong.exists()  # replay did not create a queue nobody reads
 
 
@@ -115,11 +144,25 @@ def test_push_dead_list_names_the_redis_stream_without_credentials(tmp_path):
 
     asyncio.run(redis_or_skip())
     prefix = unique_prefix()
-    out = push_dead("list", "--push-queue", "redis-streams", "--push-redis-url", REDIS_URL,
-                    "--push-redis-prefix", prefix)
+    out = push_dead(
+        "list",
+        "--push-queue",
+        "redis-streams",
+        "--push-redis-url",
+        REDIS_URL,
+        "--push-redis-prefix",
+        prefix,
+    )
     assert out.returncode == 0 and out.stdout == ""
     assert out.stderr.strip() == f"no dead push jobs in Redis stream {prefix}:dead at {REDIS_URL}"
     with_password = REDIS_URL.replace("://", "://someone:hunter2-secret@", 1)
-    out = push_dead("list", "--push-queue", "redis-streams", "--push-redis-url", with_password,
-                    "--push-redis-prefix", prefix)
+    out = push_dead(
+        "list",
+        "--push-queue",
+        "redis-streams",
+        "--push-redis-url",
+        with_password,
+        "--push-redis-prefix",
+        prefix,
+    )
     assert "hunter2-secret" not in out.stdout + out.stderr

@@ -27,12 +27,16 @@ BLOCKS = re.findall(r"^```sh\n(.*?)^```", README, flags=re.S | re.M)[1:]
 
 
 def _wait_for(port: int) -> str:
-    return (f"for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; "
-            "sleep 0.1; done")
+    return (
+        f"for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; "
+        "sleep 0.1; done"
+    )
 
 
 def _prepare(block: str, grpc_port: int, http_port: int) -> str:
-    script = block.replace("localhost:50051", f"localhost:{grpc_port}").replace("localhost:8080", f"localhost:{http_port}")
+    script = block.replace("localhost:50051", f"localhost:{grpc_port}").replace(
+        "localhost:8080", f"localhost:{http_port}"
+    )
     lines = []
     for line in script.splitlines():
         lines.append(line)
@@ -44,8 +48,15 @@ def _prepare(block: str, grpc_port: int, http_port: int) -> str:
 def _run(script: str, cwd, env: dict[str, str]) -> subprocess.CompletedProcess:
     # Output goes to files: a server left in the background keeps pipes open.
     with open(cwd / "stdout", "w+") as out, open(cwd / "stderr", "w+") as err:
-        proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, text=True,
-                                stdout=out, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=cwd,
+            env=env,
+            text=True,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=90)
         finally:
@@ -94,15 +105,23 @@ def test_readme_block_runs(index, tmp_path):
     if starts_server:
         env |= {"A2A_GRPC_PORT": str(grpc_port), "A2A_HTTP_PORT": str(http_port)}
     else:
-        server = ServerProcess("--http-port", str(http_port), "--data-dir", str(work / "data"),
-                               "--push-notifications", "true").start()
+        server = ServerProcess(
+            "--http-port",
+            str(http_port),
+            "--data-dir",
+            str(work / "data"),
+            "--push-notifications",
+            "true",
+        ).start()
         grpc_port = server.grpc_port
     try:
         result = _run(_prepare(block, grpc_port, http_port), work, env)
     finally:
         if server is not None:
             assert server.stop() == 0
-    assert result.returncode == 0, f"block failed:\n{block}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"block failed:\n{block}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
     assert "Traceback" not in result.stdout + result.stderr
     if "card verify" in block:
         assert result.stdout.count("verified") >= 2, result.stdout

@@ -19,9 +19,15 @@ async def test_kill9_and_restart_keeps_every_acknowledged_task(tmp_path):
     try:
         async with grpc.aio.insecure_channel(first.address) as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            done = [(await stub.SendMessage(pb.SendMessageRequest(message=user_message(f"echo {i}")))).task
-                    for i in range(20)]
-            waiting = (await stub.SendMessage(pb.SendMessageRequest(message=user_message("input more?")))).task
+            done = [
+                (
+                    await stub.SendMessage(pb.SendMessageRequest(message=user_message(f"echo {i}")))
+                ).task
+                for i in range(20)
+            ]
+            waiting = (
+                await stub.SendMessage(pb.SendMessageRequest(message=user_message("input more?")))
+            ).task
             running_req = pb.SendMessageRequest(message=user_message("hang"))
             running_req.configuration.return_immediately = True
             running = (await stub.SendMessage(running_req)).task
@@ -36,7 +42,9 @@ async def test_kill9_and_restart_keeps_every_acknowledged_task(tmp_path):
             for task in done:
                 got = await stub.GetTask(pb.GetTaskRequest(id=task.id))
                 assert got == task  # history, artifacts, status: all there, unchanged
-            assert (await stub.GetTask(pb.GetTaskRequest(id=waiting.id))).status.state == pb.TASK_STATE_INPUT_REQUIRED
+            assert (
+                await stub.GetTask(pb.GetTaskRequest(id=waiting.id))
+            ).status.state == pb.TASK_STATE_INPUT_REQUIRED
             lost = await stub.GetTask(pb.GetTaskRequest(id=running.id))
             assert lost.status.state == pb.TASK_STATE_FAILED
             assert lost.status.message.parts[0].text == RESTART_MESSAGE

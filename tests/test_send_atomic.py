@@ -16,22 +16,30 @@ from tests.grpc_util import expect_error
 
 @pytest.mark.parametrize("store", ["memory:", "sqlite"])
 @pytest.mark.parametrize("stream", [False, True], ids=["send", "stream"])
-async def test_a_push_config_that_cannot_be_stored_starts_nothing(start_service, tmp_path, store, stream):
+async def test_a_push_config_that_cannot_be_stored_starts_nothing(
+    start_service, tmp_path, store, stream
+):
     store_url = "memory:" if store == "memory:" else f"sqlite:{tmp_path / 'tasks.db'}"
-    service = await start_service(store=store_url, agent="tests.agents:RecordingAgent",
-                                  push_allow_networks=["127.0.0.0/8"])
+    service = await start_service(
+        store=store_url, agent="tests.agents:RecordingAgent", push_allow_networks=["127.0.0.0/8"]
+    )
     # Break the push queue under the running server: its files can no longer be written.
     queue_tmp = tmp_path / "data" / "push-queue" / "tmp"
     shutil.rmtree(queue_tmp)
     queue_tmp.write_text("not a directory")
     RecordingAgent.turns.clear()
     config = pb.SendMessageConfiguration(
-        task_push_notification_config=pb.TaskPushNotificationConfig(id="hook", url="http://127.0.0.1:9/hook"))
+        task_push_notification_config=pb.TaskPushNotificationConfig(
+            id="hook", url="http://127.0.0.1:9/hook"
+        )
+    )
     request = pb.SendMessageRequest(message=user_message("must not run"), configuration=config)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
         call = stub.SendStreamingMessage(request) if stream else stub.SendMessage(request)
-        await expect_error(call.read() if stream else call, grpc.StatusCode.INTERNAL, "INTERNAL_ERROR")
+        await expect_error(
+            call.read() if stream else call, grpc.StatusCode.INTERNAL, "INTERNAL_ERROR"
+        )
         listed = await stub.ListTasks(pb.ListTasksRequest())
     assert RecordingAgent.turns == []  # the agent never ran for a request not wholly stored
     assert listed.total_size == 0 and not listed.tasks
@@ -48,10 +56,14 @@ async def test_past_the_call_limit_grpc_answers_resource_exhausted_with_a_retry_
 
     from tests.push_util import eventually
 
-    service = await start_service(store="memory:", agent="tests.agents:ScriptedAgent", grpc_max_concurrent_calls=3)
+    service = await start_service(
+        store="memory:", agent="tests.agents:ScriptedAgent", grpc_max_concurrent_calls=3
+    )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
-        hanging = [stub.SendMessage(pb.SendMessageRequest(message=user_message("hang"))) for _ in range(3)]
+        hanging = [
+            stub.SendMessage(pb.SendMessageRequest(message=user_message("hang"))) for _ in range(3)
+        ]
         refused: list[grpc.aio.AioRpcError] = []
 
         async def one_more_is_refused() -> bool:

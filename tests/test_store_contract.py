@@ -603,7 +603,10 @@ async def test_failed_write_does_not_sink_its_batch(sqlite_store, caplog):
 
 def test_event_runs_pack_and_unpack():
     sizes = [0, 1, 127, 128, 300, 16383, 16384, 70000]
-    events = [(seq, bytes([seq % 251]) * size) for seq, size in zip([1, 127, 128, 16383, 16384, 2**21, 2**35, 7], sizes, strict=True)]
+    events = [
+        (seq, bytes([seq % 251]) * size)
+        for seq, size in zip([1, 127, 128, 16383, 16384, 2**21, 2**35, 7], sizes, strict=True)
+    ]
     assert _unpack_events(_pack_events(events)) == events
     assert _unpack_events(b"") == []
 
@@ -622,7 +625,11 @@ async def test_commit_interval_groups_writes_and_close_commits_them(tmp_path):
     again = SqliteTaskStore(path)
     await again.open()
     try:
-        assert {t.id for t in (await again.list(A, TaskQuery())).tasks} == {"first", "second", "third"}
+        assert {t.id for t in (await again.list(A, TaskQuery())).tasks} == {
+            "first",
+            "second",
+            "third",
+        }
     finally:
         await again.close()
 
@@ -633,7 +640,9 @@ async def test_a_lock_held_too_long_fails_the_writes_not_the_store(sqlite_store,
     raw = sqlite3.connect(sqlite_store._path, isolation_level=None)
     raw.execute("BEGIN IMMEDIATE")
     try:
-        waiting = [asyncio.ensure_future(sqlite_store.save(A, make_task(f"late{i}"), [])) for i in range(3)]
+        waiting = [
+            asyncio.ensure_future(sqlite_store.save(A, make_task(f"late{i}"), [])) for i in range(3)
+        ]
         ticks = 0
         while not waiting[0].done():  # the event loop keeps running while the writes wait
             await asyncio.sleep(0.01)
@@ -715,9 +724,19 @@ async def test_the_event_loop_thread_never_syncs_to_disk(tmp_path):
         missing_part("STRACE NOT INSTALLED: cannot see which thread syncs; test NOT RUN")
     trace = tmp_path / "syncs.txt"
     proc = await asyncio.create_subprocess_exec(
-        strace, "-f", "-e", "trace=fsync,fdatasync", "-o", str(trace),
-        sys.executable, "-c", STRACED_CHILD, str(tmp_path / "traced.db"),
-        cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        strace,
+        "-f",
+        "-e",
+        "trace=fsync,fdatasync",
+        "-o",
+        str(trace),
+        sys.executable,
+        "-c",
+        STRACED_CHILD,
+        str(tmp_path / "traced.db"),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode(errors="replace")
@@ -854,8 +873,10 @@ async def test_counters_match_the_rows_after_random_churn(sqlite_store, tmp_path
 # Version 1 of the schema kept task_counts with triggers like these (simplified here:
 # one upsert per counter row; tasks do not change context).
 def _v1_upsert(context: str, state: str, sign: str) -> str:
-    return (f"INSERT INTO task_counts VALUES (NEW.tenant, NEW.owner, {context}, {state}, {sign}1)"
-            f" ON CONFLICT DO UPDATE SET n = n {sign} 1;")
+    return (
+        f"INSERT INTO task_counts VALUES (NEW.tenant, NEW.owner, {context}, {state}, {sign}1)"
+        f" ON CONFLICT DO UPDATE SET n = n {sign} 1;"
+    )
 
 
 _V1_COUNT_TRIGGERS = [
@@ -864,8 +885,11 @@ _V1_COUNT_TRIGGERS = [
     + " END",
     "CREATE TRIGGER tasks_count_update AFTER UPDATE OF state ON tasks"
     " WHEN OLD.state IS NOT NEW.state BEGIN "
-    + "".join(_v1_upsert(c, st, sign) for c in ("''", "NEW.context_id")
-              for st, sign in (("OLD.state", "-"), ("NEW.state", "+")))
+    + "".join(
+        _v1_upsert(c, st, sign)
+        for c in ("''", "NEW.context_id")
+        for st, sign in (("OLD.state", "-"), ("NEW.state", "+"))
+    )
     + " END",
 ]
 
@@ -879,8 +903,10 @@ async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
             raw.execute(stmt)
         for i, state in enumerate([WORKING, WORKING, COMPLETED]):
             task = make_task(f"t{i}", context_id="c", state=state, us=i)
-            raw.execute("INSERT INTO tasks VALUES ('t1', 'alice', ?, 'c', ?, ?, ?)",
-                        (task.id, state, i, task.SerializeToString()))
+            raw.execute(
+                "INSERT INTO tasks VALUES ('t1', 'alice', ?, 'c', ?, ?, ?)",
+                (task.id, state, i, task.SerializeToString()),
+            )
         raw.execute("PRAGMA user_version = 1")
     raw.close()
 
@@ -889,7 +915,10 @@ async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
     try:
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
-            assert raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall() == []
+            assert (
+                raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+                == []
+            )
         raw.close()
         await s.save(A, make_task("t0", context_id="c", state=COMPLETED, us=5), [])  # a change
         await s.save(A, make_task("t3", context_id="c", state=WORKING, us=6), [])  # a new task

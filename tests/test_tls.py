@@ -25,8 +25,14 @@ def pki(tmp_path_factory):
 
 
 def tls_settings(pki, mutual: bool = False, **extra):
-    values = dict(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent",
-                  tls_cert_file=pki.server_pem, tls_key_file=pki.server_key, **extra)
+    values = dict(
+        http_port=0,
+        store="memory:",
+        agent="tests.agents:ScriptedAgent",
+        tls_cert_file=pki.server_pem,
+        tls_key_file=pki.server_key,
+        **extra,
+    )
     if mutual:
         values["tls_client_ca_file"] = pki.ca_pem
     return values
@@ -48,7 +54,12 @@ def grpc_credentials(pki, cert: tuple[str, str] | None = None) -> grpc.ChannelCr
 
 
 async def _send(client) -> sdk.Task:
-    [event] = [e async for e in client.unary.send_message(sdk.SendMessageRequest(message=user_message("echo tls")))]
+    [event] = [
+        e
+        async for e in client.unary.send_message(
+            sdk.SendMessageRequest(message=user_message("echo tls"))
+        )
+    ]
     return event.task
 
 
@@ -80,16 +91,21 @@ async def test_plaintext_clients_are_refused_by_a_tls_service(start_service, pki
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await a2a_pb2_grpc.A2AServiceStub(channel).ListTasks(pb.ListTasksRequest(), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-    async with grpc.aio.secure_channel(f"127.0.0.1:{service.grpc_port}", grpc_credentials(pki)) as channel:
-        health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{service.grpc_port}", grpc_credentials(pki)
+    ) as channel:
+        health = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
         assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
 async def test_mtls_with_a_client_certificate_on_every_binding(start_service, pki, binding):
     service = await start_service(**tls_settings(pki, mutual=True, **bearer_settings()))
-    clients = await sdk_clients(service, binding, pki=pki, client_cert=True,
-                                credentials={"bearer": TOKENS["alice"]})
+    clients = await sdk_clients(
+        service, binding, pki=pki, client_cert=True, credentials={"bearer": TOKENS["alice"]}
+    )
     try:
         card = clients.unary._card
         assert card.security_schemes["mtls"].HasField("mtls_security_scheme")
@@ -106,18 +122,31 @@ async def test_mtls_refuses_clients_without_a_certificate_from_the_ca(start_serv
         async with httpx.AsyncClient(timeout=5, verify=client_context(pki, cert)) as http:
             with pytest.raises(httpx.HTTPError):
                 await http.get(base + "/.well-known/agent-card.json")
-        async with grpc.aio.secure_channel(f"127.0.0.1:{service.grpc_port}", grpc_credentials(pki, cert)) as channel:
+        async with grpc.aio.secure_channel(
+            f"127.0.0.1:{service.grpc_port}", grpc_credentials(pki, cert)
+        ) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as info:
-                await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+                await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=5
+                )
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     good = (pki.client_pem, pki.client_key)
     async with httpx.AsyncClient(timeout=5, verify=client_context(pki, good)) as http:
         card = (await http.get(base + "/.well-known/agent-card.json")).json()
-        assert card["securitySchemes"] == {"mtls": {"mtlsSecurityScheme": {
-            "description": "A client certificate issued by the operator's CA."}}}
+        assert card["securitySchemes"] == {
+            "mtls": {
+                "mtlsSecurityScheme": {
+                    "description": "A client certificate issued by the operator's CA."
+                }
+            }
+        }
         assert card["securityRequirements"] == [{"schemes": {"mtls": {}}}]
-    async with grpc.aio.secure_channel(f"127.0.0.1:{service.grpc_port}", grpc_credentials(pki, good)) as channel:
-        listed = await a2a_pb2_grpc.A2AServiceStub(channel).ListTasks(pb.ListTasksRequest(), timeout=5)
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{service.grpc_port}", grpc_credentials(pki, good)
+    ) as channel:
+        listed = await a2a_pb2_grpc.A2AServiceStub(channel).ListTasks(
+            pb.ListTasksRequest(), timeout=5
+        )
         assert listed.total_size == 0
 
 
@@ -128,13 +157,32 @@ def test_tls_configuration_errors(pki, tmp_path):
         (dict(tls_cert_file=pki.server_pem), "tls_key_file: TLS needs both"),
         (dict(tls_key_file=pki.server_key), "tls_cert_file: TLS needs both"),
         (dict(tls_client_ca_file=pki.ca_pem), "client certificates need TLS"),
-        (dict(tls_cert_file=pki.server_pem, tls_key_file=pki.client_key), "matching"),  # key of another cert
-        (dict(tls_cert_file=str(garbage), tls_key_file=pki.server_key), "tls_cert_file / tls_key_file"),
-        (dict(tls_cert_file=str(tmp_path / "missing.pem"), tls_key_file=pki.server_key), "cannot read"),
-        (dict(tls_cert_file=pki.server_pem, tls_key_file=pki.server_key, tls_client_ca_file=str(garbage)),
-         "tls_client_ca_file"),
+        (
+            dict(tls_cert_file=pki.server_pem, tls_key_file=pki.client_key),
+            "matching",
+        ),  # key of another cert
+        (
+            dict(tls_cert_file=str(garbage), tls_key_file=pki.server_key),
+            "tls_cert_file / tls_key_file",
+        ),
+        (
+            dict(tls_cert_file=str(tmp_path / "missing.pem"), tls_key_file=pki.server_key),
+            "cannot read",
+        ),
+        (
+            dict(
+                tls_cert_file=pki.server_pem,
+                tls_key_file=pki.server_key,
+                tls_client_ca_file=str(garbage),
+            ),
+            "tls_client_ca_file",
+        ),
     ]
     for values, message in cases:
         with pytest.raises(ConfigError, match=message):
             validate(Settings(**values))
-    validate(Settings(tls_cert_file=pki.server_pem, tls_key_file=pki.server_key, tls_client_ca_file=pki.ca_pem))
+    validate(
+        Settings(
+            tls_cert_file=pki.server_pem, tls_key_file=pki.server_key, tls_client_ca_file=pki.ca_pem
+        )
+    )

@@ -108,7 +108,11 @@ class CommandAgent:
         async def send(text: str, last: bool) -> None:
             nonlocal artifact_id
             artifact_id = await ctx.artifact(
-                text, artifact_id=artifact_id, name="stdout", append=artifact_id is not None, last_chunk=last
+                text,
+                artifact_id=artifact_id,
+                name="stdout",
+                append=artifact_id is not None,
+                last_chunk=last,
             )
 
         read = asyncio.ensure_future(proc.stdout.read(CHUNK_BYTES))

@@ -80,8 +80,9 @@ def read_lines(path: str, key: str) -> list[str]:
     return lines
 
 
-def parse_entries(entries: list[str], sep: str, key: str, what: str, min_chars: int,
-                  allow_spaces: bool = False) -> list[tuple[str, str]]:
+def parse_entries(
+    entries: list[str], sep: str, key: str, what: str, min_chars: int, allow_spaces: bool = False
+) -> list[tuple[str, str]]:
     """`NAME<sep>SECRET` entries -> [(name, secret)]. Errors say which entry (by number and
     name) is wrong and how, without repeating the secret."""
     pairs: list[tuple[str, str]] = []
@@ -96,7 +97,9 @@ def parse_entries(entries: list[str], sep: str, key: str, what: str, min_chars: 
                 "or '-' (at most 64)"
             )
         if len(secret) < min_chars:
-            raise CredentialError(f"{where} ({name}): the {what} must be at least {min_chars} characters")
+            raise CredentialError(
+                f"{where} ({name}): the {what} must be at least {min_chars} characters"
+            )
         lowest = 0x20 if allow_spaces else 0x21
         if any(ord(c) < lowest or ord(c) == 0x7F for c in secret):
             no = "control characters" if allow_spaces else "spaces or control characters"
@@ -108,8 +111,16 @@ def parse_entries(entries: list[str], sep: str, key: str, what: str, min_chars: 
     return pairs
 
 
-def load_pairs(inline: list[str], file: str, *, key: str, sep: str, what: str, min_chars: int,
-               allow_spaces: bool = False) -> list[tuple[str, str]]:
+def load_pairs(
+    inline: list[str],
+    file: str,
+    *,
+    key: str,
+    sep: str,
+    what: str,
+    min_chars: int,
+    allow_spaces: bool = False,
+) -> list[tuple[str, str]]:
     """The entries of a setting and of its `_file` companion, checked."""
     entries = list(inline)
     if file:

@@ -35,8 +35,18 @@ import jwt
 
 log = logging.getLogger("service.auth")
 
-SUPPORTED_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
-                        "ES256", "ES384", "ES512", "EdDSA")
+SUPPORTED_ALGORITHMS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
 MAX_TOKEN_CHARS = 16 * 1024
 MAX_DOCUMENT_BYTES = 1024 * 1024
 FETCH_TIMEOUT_SECONDS = 5.0
@@ -78,7 +88,9 @@ def is_loopback(host: str) -> bool:
 def _fetch_json(url: str) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_SECONDS) as response:  # scheme checked at config time
+        with urllib.request.urlopen(
+            request, timeout=FETCH_TIMEOUT_SECONDS
+        ) as response:  # scheme checked at config time
             body = response.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise JwksError(f"cannot fetch {url}: {getattr(exc, 'reason', None) or exc}") from None
@@ -105,7 +117,7 @@ def read_json(path: str) -> Any:
 def signing_keys(document: Any, where: str) -> list[dict[str, Any]]:
     """The usable signing keys of a JWKS document (asymmetric, `use` absent or "sig")."""
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-        raise JwksError(f"{where}: not a JWK set (an object with a \"keys\" array)")
+        raise JwksError(f'{where}: not a JWK set (an object with a "keys" array)')
     keys = []
     for jwk in document["keys"]:
         if not isinstance(jwk, dict) or jwk.get("kty") not in ("RSA", "EC", "OKP"):
@@ -121,8 +133,14 @@ def signing_keys(document: Any, where: str) -> list[dict[str, Any]]:
 class KeySet:
     """A cached JWKS from a file, a URL, or an OpenID Connect discovery document."""
 
-    def __init__(self, *, file: str = "", url: str = "", discovery_url: str = "",
-                 cache_seconds: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        file: str = "",
+        url: str = "",
+        discovery_url: str = "",
+        cache_seconds: float = 300.0,
+    ) -> None:
         self.file, self.url, self.discovery_url = file, url, discovery_url
         self.cache_seconds = cache_seconds
         self.min_refresh = min(MAX_UNKNOWN_KID_REFRESH_SECONDS, cache_seconds)
@@ -146,7 +164,9 @@ class KeySet:
             discovery = _fetch_json(self.discovery_url)
             url = discovery.get("jwks_uri") if isinstance(discovery, dict) else None
             if not isinstance(url, str) or check_fetch_url(url, "jwks_uri"):
-                raise JwksError(f"{self.discovery_url}: no usable jwks_uri in the discovery document")
+                raise JwksError(
+                    f"{self.discovery_url}: no usable jwks_uri in the discovery document"
+                )
         return signing_keys(_fetch_json(url), url)
 
     async def refresh(self, seen_generation: int | None = None) -> None:
@@ -202,8 +222,15 @@ class KeySet:
 
 
 class JwtVerifier:
-    def __init__(self, keys: KeySet, *, issuer: str, audience: list[str], algorithms: list[str],
-                 leeway_seconds: float) -> None:
+    def __init__(
+        self,
+        keys: KeySet,
+        *,
+        issuer: str,
+        audience: list[str],
+        algorithms: list[str],
+        leeway_seconds: float,
+    ) -> None:
         self.keys = keys
         self.issuer = issuer
         self.audience = list(audience)
@@ -228,16 +255,24 @@ class JwtVerifier:
             return None
         try:
             claims = jwt.decode(
-                token, key.key, algorithms=[alg], audience=self.audience, issuer=self.issuer,
-                leeway=self.leeway, options={"require": ["exp", "iss", "aud", "sub"]},
+                token,
+                key.key,
+                algorithms=[alg],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
+                options={"require": ["exp", "iss", "aud", "sub"]},
             )
         except jwt.PyJWTError as exc:
             log.debug("JWT refused: %s", exc)
             return None
         for claim in TIME_CLAIMS:
             if claim in claims and not is_numeric_date(claims[claim]):
-                log.debug("JWT refused: %s is %s, not a NumericDate (a JSON number)", claim,
-                          type(claims[claim]).__name__)
+                log.debug(
+                    "JWT refused: %s is %s, not a NumericDate (a JSON number)",
+                    claim,
+                    type(claims[claim]).__name__,
+                )
                 return None
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:

@@ -74,7 +74,9 @@ class Authenticator:
     """Static tokens, Basic users, API keys and JWTs; any subset may be enabled."""
 
     bearer_tokens: SecretTable = field(default_factory=lambda: SecretTable(()))
-    basic_users: SecretTable = field(default_factory=lambda: SecretTable(()))  # "user:password" digests
+    basic_users: SecretTable = field(
+        default_factory=lambda: SecretTable(())
+    )  # "user:password" digests
     api_keys: SecretTable = field(default_factory=lambda: SecretTable(()))
     api_key_header: str = "X-API-Key"  # as advertised; looked up in lower case
     jwt: JwtVerifier | None = None
@@ -174,27 +176,47 @@ class Authenticator:
         """The card's `securitySchemes`: exactly the enabled schemes."""
         schemes: dict[str, pb.SecurityScheme] = {}
         if self.bearer_tokens:
-            schemes[BEARER] = pb.SecurityScheme(http_auth_security_scheme=pb.HTTPAuthSecurityScheme(
-                scheme="Bearer", description="A static bearer token issued by the operator."))
+            schemes[BEARER] = pb.SecurityScheme(
+                http_auth_security_scheme=pb.HTTPAuthSecurityScheme(
+                    scheme="Bearer", description="A static bearer token issued by the operator."
+                )
+            )
         if self.jwt is not None:
             if self.oidc_url:
-                schemes[JWT] = pb.SecurityScheme(open_id_connect_security_scheme=pb.OpenIdConnectSecurityScheme(
-                    open_id_connect_url=self.oidc_url,
-                    description="An access token (JWT) from this OpenID Connect provider, sent as a bearer token."))
+                schemes[JWT] = pb.SecurityScheme(
+                    open_id_connect_security_scheme=pb.OpenIdConnectSecurityScheme(
+                        open_id_connect_url=self.oidc_url,
+                        description="An access token (JWT) from this OpenID Connect provider, sent as a bearer token.",
+                    )
+                )
             else:
-                schemes[JWT] = pb.SecurityScheme(http_auth_security_scheme=pb.HTTPAuthSecurityScheme(
-                    scheme="Bearer", bearer_format="JWT",
-                    description="A JWT signed by the operator's identity provider."))
+                schemes[JWT] = pb.SecurityScheme(
+                    http_auth_security_scheme=pb.HTTPAuthSecurityScheme(
+                        scheme="Bearer",
+                        bearer_format="JWT",
+                        description="A JWT signed by the operator's identity provider.",
+                    )
+                )
         if self.basic_users:
-            schemes[BASIC] = pb.SecurityScheme(http_auth_security_scheme=pb.HTTPAuthSecurityScheme(
-                scheme="Basic", description="HTTP Basic user name and password."))
+            schemes[BASIC] = pb.SecurityScheme(
+                http_auth_security_scheme=pb.HTTPAuthSecurityScheme(
+                    scheme="Basic", description="HTTP Basic user name and password."
+                )
+            )
         if self.api_keys:
-            schemes[API_KEY] = pb.SecurityScheme(api_key_security_scheme=pb.APIKeySecurityScheme(
-                location="header", name=self.api_key_header,
-                description="An API key in this header (gRPC: metadata of the same name)."))
+            schemes[API_KEY] = pb.SecurityScheme(
+                api_key_security_scheme=pb.APIKeySecurityScheme(
+                    location="header",
+                    name=self.api_key_header,
+                    description="An API key in this header (gRPC: metadata of the same name).",
+                )
+            )
         if self.mtls:
-            schemes[MTLS] = pb.SecurityScheme(mtls_security_scheme=pb.MutualTlsSecurityScheme(
-                description="A client certificate issued by the operator's CA."))
+            schemes[MTLS] = pb.SecurityScheme(
+                mtls_security_scheme=pb.MutualTlsSecurityScheme(
+                    description="A client certificate issued by the operator's CA."
+                )
+            )
         return schemes
 
     def security_requirements(self) -> list[pb.SecurityRequirement]:

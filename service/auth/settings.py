@@ -32,18 +32,34 @@ from service.auth.tls import TlsFiles, tls_files
 from service.config import ConfigError, Settings
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_RESERVED_HEADERS = frozenset({
-    "authorization", "a2a-version", "a2a-extensions", "content-type", "content-length", "host",
-    "te", "connection", "user-agent", "last-event-id", "accept", "cookie",
-})
+_RESERVED_HEADERS = frozenset(
+    {
+        "authorization",
+        "a2a-version",
+        "a2a-extensions",
+        "content-type",
+        "content-length",
+        "host",
+        "te",
+        "connection",
+        "user-agent",
+        "last-event-id",
+        "accept",
+        "cookie",
+    }
+)
 MAX_LEEWAY_SECONDS = 600.0
 
 
 def _api_key_header(s: Settings) -> str:
     name = s.auth_api_key_header.strip()
     lower = name.lower()
-    if (not _HEADER_NAME.fullmatch(name) or lower in _RESERVED_HEADERS or lower.startswith("grpc-")
-            or lower.endswith("-bin")):
+    if (
+        not _HEADER_NAME.fullmatch(name)
+        or lower in _RESERVED_HEADERS
+        or lower.startswith("grpc-")
+        or lower.endswith("-bin")
+    ):
         raise ConfigError(
             f"auth_api_key_header: {name!r} cannot carry an API key; use a header name of letters, digits "
             "and '-' that is not a standard or gRPC header (e.g. X-API-Key)"
@@ -62,9 +78,13 @@ def _jwt(s: Settings) -> JwtVerifier | None:
         if problem:
             raise ConfigError(problem)
     if not s.auth_jwt_issuer:
-        raise ConfigError("auth_jwt_issuer: JWT authentication needs the expected issuer (the tokens' iss)")
+        raise ConfigError(
+            "auth_jwt_issuer: JWT authentication needs the expected issuer (the tokens' iss)"
+        )
     if not s.auth_jwt_audience:
-        raise ConfigError("auth_jwt_audience: JWT authentication needs the expected audience (the tokens' aud)")
+        raise ConfigError(
+            "auth_jwt_audience: JWT authentication needs the expected audience (the tokens' aud)"
+        )
     bad = [a for a in s.auth_jwt_algorithms if a not in SUPPORTED_ALGORITHMS]
     if bad or not s.auth_jwt_algorithms:
         raise ConfigError(
@@ -74,27 +94,57 @@ def _jwt(s: Settings) -> JwtVerifier | None:
     if not 0 <= s.auth_jwt_leeway_seconds <= MAX_LEEWAY_SECONDS:
         raise ConfigError(f"auth_jwt_leeway_seconds: must be between 0 and {MAX_LEEWAY_SECONDS:g}")
     if s.auth_jwt_jwks_cache_seconds <= 0:
-        raise ConfigError("auth_jwt_jwks_cache_seconds: must be positive (seconds a fetched key set is reused)")
+        raise ConfigError(
+            "auth_jwt_jwks_cache_seconds: must be positive (seconds a fetched key set is reused)"
+        )
     if s.auth_jwt_jwks_file:
         try:
             signing_keys(read_json(s.auth_jwt_jwks_file), s.auth_jwt_jwks_file)
         except JwksError as exc:
             raise ConfigError(f"auth_jwt_jwks_file: {exc}") from None
-    keys = KeySet(file=s.auth_jwt_jwks_file, url=s.auth_jwt_jwks_url, discovery_url=s.auth_jwt_oidc_url,
-                  cache_seconds=s.auth_jwt_jwks_cache_seconds)
-    return JwtVerifier(keys, issuer=s.auth_jwt_issuer, audience=s.auth_jwt_audience,
-                       algorithms=s.auth_jwt_algorithms, leeway_seconds=s.auth_jwt_leeway_seconds)
+    keys = KeySet(
+        file=s.auth_jwt_jwks_file,
+        url=s.auth_jwt_jwks_url,
+        discovery_url=s.auth_jwt_oidc_url,
+        cache_seconds=s.auth_jwt_jwks_cache_seconds,
+    )
+    return JwtVerifier(
+        keys,
+        issuer=s.auth_jwt_issuer,
+        audience=s.auth_jwt_audience,
+        algorithms=s.auth_jwt_algorithms,
+        leeway_seconds=s.auth_jwt_leeway_seconds,
+    )
 
 
 def authenticator_from(s: Settings) -> Authenticator | None:
     """The configured authenticator, or None when authentication is off (nothing configured)."""
     try:
-        bearer = load_pairs(s.auth_bearer_tokens, s.auth_bearer_tokens_file, key="auth_bearer_tokens",
-                            sep="=", what="token", min_chars=MIN_TOKEN_CHARS)
-        basic = load_pairs(s.auth_basic_users, s.auth_basic_users_file, key="auth_basic_users",
-                           sep=":", what="password", min_chars=MIN_PASSWORD_CHARS, allow_spaces=True)
-        api_keys = load_pairs(s.auth_api_keys, s.auth_api_keys_file, key="auth_api_keys",
-                              sep="=", what="key", min_chars=MIN_TOKEN_CHARS)
+        bearer = load_pairs(
+            s.auth_bearer_tokens,
+            s.auth_bearer_tokens_file,
+            key="auth_bearer_tokens",
+            sep="=",
+            what="token",
+            min_chars=MIN_TOKEN_CHARS,
+        )
+        basic = load_pairs(
+            s.auth_basic_users,
+            s.auth_basic_users_file,
+            key="auth_basic_users",
+            sep=":",
+            what="password",
+            min_chars=MIN_PASSWORD_CHARS,
+            allow_spaces=True,
+        )
+        api_keys = load_pairs(
+            s.auth_api_keys,
+            s.auth_api_keys_file,
+            key="auth_api_keys",
+            sep="=",
+            what="key",
+            min_chars=MIN_TOKEN_CHARS,
+        )
     except CredentialError as exc:
         raise ConfigError(str(exc)) from None
     auth = Authenticator(

@@ -29,8 +29,11 @@ class TlsFiles:
     def check(self) -> None:
         """ValueError naming the setting when the files cannot be used."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        for key, path in (("tls_cert_file", self.cert_file), ("tls_key_file", self.key_file),
-                          ("tls_client_ca_file", self.client_ca_file)):
+        for key, path in (
+            ("tls_cert_file", self.cert_file),
+            ("tls_key_file", self.key_file),
+            ("tls_client_ca_file", self.client_ca_file),
+        ):
             if path:
                 _read(path, key)
         try:
@@ -44,12 +47,16 @@ class TlsFiles:
             try:
                 context.load_verify_locations(cafile=self.client_ca_file)
             except ssl.SSLError as exc:
-                raise ValueError(f"tls_client_ca_file: not PEM CA certificates ({exc.reason or exc})") from None
+                raise ValueError(
+                    f"tls_client_ca_file: not PEM CA certificates ({exc.reason or exc})"
+                ) from None
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(
             [(_read(self.key_file, "tls_key_file"), _read(self.cert_file, "tls_cert_file"))],
-            root_certificates=_read(self.client_ca_file, "tls_client_ca_file") if self.mutual else None,
+            root_certificates=_read(self.client_ca_file, "tls_client_ca_file")
+            if self.mutual
+            else None,
             require_client_auth=self.mutual,
         )
 
@@ -72,7 +79,9 @@ def tls_files(cert_file: str, key_file: str, client_ca_file: str) -> TlsFiles | 
     """The TLS configuration, or None for plaintext; ValueError for an incomplete one."""
     if not cert_file and not key_file:
         if client_ca_file:
-            raise ValueError("tls_client_ca_file: client certificates need TLS; set tls_cert_file and tls_key_file too")
+            raise ValueError(
+                "tls_client_ca_file: client certificates need TLS; set tls_cert_file and tls_key_file too"
+            )
         return None
     if not cert_file or not key_file:
         missing = "tls_key_file" if cert_file else "tls_cert_file"

@@ -25,23 +25,36 @@ HELP = "list or replay push notifications that could not be delivered (the dead-
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("push-dead", help=HELP, description=HELP + ". " + " ".join((__doc__ or "").split("\n\n")[1:]))
-    p.add_argument("action", choices=("list", "replay"), help="list dead jobs, or put them back in the queue")
+    p = sub.add_parser(
+        "push-dead",
+        help=HELP,
+        description=HELP + ". " + " ".join((__doc__ or "").split("\n\n")[1:]),
+    )
+    p.add_argument(
+        "action", choices=("list", "replay"), help="list dead jobs, or put them back in the queue"
+    )
     p.add_argument("ids", nargs="*", help="replay: the dead job ids (as `list` prints them)")
     p.add_argument("--all", action="store_true", help="replay: every dead job")
     p.add_argument("--json", action="store_true", help="list: one JSON object per line")
     p.add_argument("--limit", type=int, default=100, help="list: at most this many (default 100)")
     p.add_argument("--config", metavar="FILE", help="TOML file with settings, as for serve")
-    p.add_argument("--data-dir", help="the server's data directory (local-file queue; default: A2A_DATA_DIR, "
-                                      "data_dir in --config, else ./data)")
+    p.add_argument(
+        "--data-dir",
+        help="the server's data directory (local-file queue; default: A2A_DATA_DIR, "
+        "data_dir in --config, else ./data)",
+    )
     p.add_argument("--push-queue", help="local-file (default) or redis-streams")
     p.add_argument("--push-redis-url", help="Redis URL (redis-streams queue)")
     p.add_argument("--push-redis-prefix", help="Redis key prefix (redis-streams queue)")
 
 
 def main(args: argparse.Namespace) -> int:
-    flags = {"data_dir": args.data_dir, "push_queue": args.push_queue,
-             "push_redis_url": args.push_redis_url, "push_redis_prefix": args.push_redis_prefix}
+    flags = {
+        "data_dir": args.data_dir,
+        "push_queue": args.push_queue,
+        "push_redis_url": args.push_redis_url,
+        "push_redis_prefix": args.push_redis_prefix,
+    }
     try:
         settings = config.load(args.config, flags=flags)
     except config.ConfigError as exc:
@@ -72,8 +85,11 @@ async def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     queue = open_queue(settings)
     if settings.push_queue != "redis-streams" and not queue.root.is_dir():
         # A wrong data directory: say so (replay would create a queue nobody reads).
-        print(f"no push queue at {queue.root.absolute()}: is --data-dir right? "
-              f"(else A2A_DATA_DIR, data_dir in --config, default ./data)", file=sys.stderr)
+        print(
+            f"no push queue at {queue.root.absolute()}: is --data-dir right? "
+            f"(else A2A_DATA_DIR, data_dir in --config, default ./data)",
+            file=sys.stderr,
+        )
         return 1
     try:
         if args.action == "list":
@@ -83,13 +99,29 @@ async def _run(args: argparse.Namespace, settings: config.Settings) -> int:
             for dead in found:
                 job = dead.job
                 if args.json:
-                    print(json.dumps({"id": dead.id, "error": dead.error, "failedAt": dead.failed_at,
-                                      "taskId": job.task_id, "configId": job.config_id, "seq": job.seq,
-                                      "attempts": job.attempts, "tenant": job.tenant, "owner": job.owner}))
+                    print(
+                        json.dumps(
+                            {
+                                "id": dead.id,
+                                "error": dead.error,
+                                "failedAt": dead.failed_at,
+                                "taskId": job.task_id,
+                                "configId": job.config_id,
+                                "seq": job.seq,
+                                "attempts": job.attempts,
+                                "tenant": job.tenant,
+                                "owner": job.owner,
+                            }
+                        )
+                    )
                 else:
-                    when = datetime.datetime.fromtimestamp(dead.failed_at, datetime.UTC).isoformat(timespec="seconds")
-                    print(f"{dead.id}  task={job.task_id} config={job.config_id} seq={job.seq} "
-                          f"attempts={job.attempts} failed={when}  {dead.error}")
+                    when = datetime.datetime.fromtimestamp(dead.failed_at, datetime.UTC).isoformat(
+                        timespec="seconds"
+                    )
+                    print(
+                        f"{dead.id}  task={job.task_id} config={job.config_id} seq={job.seq} "
+                        f"attempts={job.attempts} failed={when}  {dead.error}"
+                    )
             return 0
         count = await queue.replay_dead(None if args.all else args.ids)
         print(f"replayed {count} dead push job(s)")

@@ -48,7 +48,10 @@ def load_keys(configured: list[str], data_dir: str) -> list[str]:
             f.write(Fernet.generate_key().decode() + "\n")
             f.flush()
             os.fsync(f.fileno())
-        log.info("generated a push secret key file %s in the data directory (set push_secret_keys to manage keys yourself)", path.name)
+        log.info(
+            "generated a push secret key file %s in the data directory (set push_secret_keys to manage keys yourself)",
+            path.name,
+        )
     return [line.strip() for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -67,7 +70,7 @@ class SecretBox:
         if not text.startswith(SEALED_PREFIX):
             return text  # stored before encryption was enabled
         try:
-            return self._fernet.decrypt(text[len(SEALED_PREFIX):].encode()).decode()
+            return self._fernet.decrypt(text[len(SEALED_PREFIX) :].encode()).decode()
         except InvalidToken:
             raise SecretUnavailable(
                 "a push secret was sealed with a key that is no longer configured (push_secret_keys)"

@@ -145,8 +145,11 @@ class DeliveryWorker:
         try:
             await self._handle(lease)
         except Exception as exc:  # the queue failed us: the lease expires and the job comes back
-            log.error("push job %s: %s; it will be handed out again when its lease expires",
-                      lease.job.id, exc)
+            log.error(
+                "push job %s: %s; it will be handed out again when its lease expires",
+                lease.job.id,
+                exc,
+            )
 
     async def _handle(self, lease: Lease) -> None:
         job = lease.job
@@ -159,7 +162,12 @@ class DeliveryWorker:
             await self._retry(lease, job, f"cannot read the push config ({exc})", None)
             return
         if config is None:
-            log.info("push job %s: config %s of task %s is gone; dropped", job.id, job.config_id, job.task_id)
+            log.info(
+                "push job %s: config %s of task %s is gone; dropped",
+                job.id,
+                job.config_id,
+                job.task_id,
+            )
             await self.queue.ack(lease)
             return
         host = _host_of(config.url)
@@ -206,7 +214,9 @@ class DeliveryWorker:
 
     async def _post(self, lease: Lease, job: Job, config: pb.TaskPushNotificationConfig) -> None:
         try:
-            reply: Reply = await self.client.post(config.url, request_headers(job, config), job.body.encode())
+            reply: Reply = await self.client.post(
+                config.url, request_headers(job, config), job.body.encode()
+            )
         except CallbackUnresolvable as exc:
             await self._retry(lease, job, str(exc), None)
             return
@@ -241,19 +251,34 @@ class DeliveryWorker:
             return
         due = now + policy.delay(job.attempts, retry_after)
         if due - job.created_at > policy.max_age:
-            await self._dead(lease, job, f"gave up after {now - job.created_at:.0f} s "
-                                         f"({job.attempts} attempts); last: {error}")
+            await self._dead(
+                lease,
+                job,
+                f"gave up after {now - job.created_at:.0f} s "
+                f"({job.attempts} attempts); last: {error}",
+            )
             return
-        log.info("push job %s for task %s: %s; attempt %d, next in %.1f s",
-                 job.id, job.task_id, error, job.attempts, due - now)
+        log.info(
+            "push job %s for task %s: %s; attempt %d, next in %.1f s",
+            job.id,
+            job.task_id,
+            error,
+            job.attempts,
+            due - now,
+        )
         job.due_at = due
         await self.queue.retry(lease, job)
 
     async def _dead(self, lease: Lease, job: Job, error: str) -> None:
         self.failed += 1
         job.last_error = error
-        log.warning("push job %s for task %s (config %s) is dead: %s",
-                    job.id, job.task_id, job.config_id, error)
+        log.warning(
+            "push job %s for task %s (config %s) is dead: %s",
+            job.id,
+            job.task_id,
+            job.config_id,
+            error,
+        )
         await self.queue.dead(lease, job, error)
 
 

@@ -68,7 +68,9 @@ class Dispatcher:
         try:
             self.poke((scope.tenant, scope.owner, task_id), batch)
         except Exception:
-            log.exception("push dispatcher: cannot schedule task %s (recovered at next start)", task_id)
+            log.exception(
+                "push dispatcher: cannot schedule task %s (recovered at next start)", task_id
+            )
 
     def poke(self, key: TaskKey, batch: list[StoredEvent] | None = None) -> None:
         if self._stopping:
@@ -96,7 +98,9 @@ class Dispatcher:
             last = await self.store.last_seq(scope, task_id) if task is not None else 0
             for config_id, seq in (await self.queue.cursors(key)).items():
                 cursor = (*key, config_id)
-                config = await self.store.get_push_config(scope, task_id, config_id) if task else None
+                config = (
+                    await self.store.get_push_config(scope, task_id, config_id) if task else None
+                )
                 if config is None or (task.status.state in TERMINAL and seq >= last):
                     await self.queue.drop_cursor(cursor)
                     continue
@@ -137,8 +141,12 @@ class Dispatcher:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("push dispatcher: catching up task %s failed (%s); retrying in %.0f s",
-                      key[2], exc, RETRY_FAILED_SECONDS)
+            log.error(
+                "push dispatcher: catching up task %s failed (%s); retrying in %.0f s",
+                key[2],
+                exc,
+                RETRY_FAILED_SECONDS,
+            )
             self._retry_later(key)
         finally:
             self._running.pop(key, None)

@@ -1,7 +1,7 @@
 """`PushNotifications`: the push parts put together (built by the composition root).
 
-    engine --on_commit--> Dispatcher --enqueue--> PushQueue --lease--> DeliveryWorker --POST--> receiver
-    API ---------------> check_url (ssrf) / store_config / delete_config (cursor + sealed store)
+engine --on_commit--> Dispatcher --enqueue--> PushQueue --lease--> DeliveryWorker --POST--> receiver
+API ---------------> check_url (ssrf) / store_config / delete_config (cursor + sealed store)
 """
 
 from __future__ import annotations
@@ -32,9 +32,14 @@ def open_queue(s: Any) -> PushQueue:
         from service.push.queue_redis import RedisQueue
 
         return RedisQueue(
-            s.push_redis_url, prefix=s.push_redis_prefix, stream=s.push_redis_stream,
-            retry_key=s.push_redis_retry_key, dead_stream=s.push_redis_dead_stream,
-            group=s.push_redis_group, consumer=s.push_redis_consumer, lease_seconds=s.push_lease_seconds,
+            s.push_redis_url,
+            prefix=s.push_redis_prefix,
+            stream=s.push_redis_stream,
+            retry_key=s.push_redis_retry_key,
+            dead_stream=s.push_redis_dead_stream,
+            group=s.push_redis_group,
+            consumer=s.push_redis_consumer,
+            lease_seconds=s.push_lease_seconds,
         )
     from service.push.queue_file import FileQueue
 
@@ -60,19 +65,31 @@ class PushNotifications:
         self.policy = policy
         self.dispatcher = Dispatcher(store, queue)
         self.client = CallbackClient(policy, timeout=timeout, max_connections=concurrency)
-        self.worker = DeliveryWorker(queue, self.store.get_push_config, self.client, retry,
-                                     concurrency=concurrency, host_concurrency=host_concurrency)
+        self.worker = DeliveryWorker(
+            queue,
+            self.store.get_push_config,
+            self.client,
+            retry,
+            concurrency=concurrency,
+            host_concurrency=host_concurrency,
+        )
         self._worker_task: asyncio.Task | None = None
 
     @classmethod
     def from_settings(cls, s: Any, store: TaskStore) -> PushNotifications:
         return cls(
-            store, open_queue(s),
+            store,
+            open_queue(s),
             CallbackPolicy.from_lists(s.push_allow_hosts, s.push_allow_networks),
             SecretBox(load_keys(s.push_secret_keys, s.data_dir)),
-            RetryPolicy(max_attempts=s.push_max_attempts, max_age=s.push_max_age_seconds,
-                        base=s.push_retry_base_seconds, cap=s.push_retry_max_seconds),
-            timeout=s.push_timeout_seconds, concurrency=s.push_concurrency,
+            RetryPolicy(
+                max_attempts=s.push_max_attempts,
+                max_age=s.push_max_age_seconds,
+                base=s.push_retry_base_seconds,
+                cap=s.push_retry_max_seconds,
+            ),
+            timeout=s.push_timeout_seconds,
+            concurrency=s.push_concurrency,
             host_concurrency=s.push_host_concurrency,
         )
 
@@ -108,8 +125,9 @@ class PushNotifications:
         except CallbackUnresolvable as exc:
             log.info("push callback accepted although it does not resolve yet: %s", exc)
 
-    async def store_config(self, scope: Scope, config: pb.TaskPushNotificationConfig,
-                           after_seq: int | None) -> None:
+    async def store_config(
+        self, scope: Scope, config: pb.TaskPushNotificationConfig, after_seq: int | None
+    ) -> None:
         """Store a config; it receives the task's events after `after_seq` (None: after the
         events stored now). Its cursor is written first, so a crash never loses events."""
         key = (scope.tenant, scope.owner, config.task_id)

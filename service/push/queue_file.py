@@ -71,7 +71,10 @@ def _settle(results: list[tuple[asyncio.Future | None, Any, BaseException | None
     for fut, value, exc in results:
         if fut is None:
             if exc is not None:
-                log.error("push queue file operation failed: %s", getattr(exc, "strerror", None) or type(exc).__name__)
+                log.error(
+                    "push queue file operation failed: %s",
+                    getattr(exc, "strerror", None) or type(exc).__name__,
+                )
         elif not fut.done():
             if exc is None:
                 fut.set_result(value)
@@ -142,7 +145,9 @@ class FileQueue:
         self._pending_ids: set[str] = set()
         self._busy: dict[str, str] = {}  # lane -> token of its lease
         self._leases: dict[str, tuple[Lease, float]] = {}  # token -> (lease, deadline)
-        self._ready: list[tuple[float, int, str]] = []  # (head due_at, tie, lane); stale entries skipped
+        self._ready: list[
+            tuple[float, int, str]
+        ] = []  # (head due_at, tie, lane); stale entries skipped
         self._tie = itertools.count()
         self._cursors: dict[TaskKey, dict[str, int]] = {}
         self._event = asyncio.Event()
@@ -152,8 +157,12 @@ class FileQueue:
 
     # ---- files -------------------------------------------------------------
 
-    def _write(self, dirs: set[pathlib.Path], items: list[tuple[pathlib.Path, str, str]],
-               durable: bool = True) -> None:
+    def _write(
+        self,
+        dirs: set[pathlib.Path],
+        items: list[tuple[pathlib.Path, str, str]],
+        durable: bool = True,
+    ) -> None:
         """Atomically (re)place files: tmp write, fsync, rename; the directories go into
         `dirs` for the caller to fsync."""
         staged = []
@@ -196,7 +205,14 @@ class FileQueue:
         path.unlink(missing_ok=True)
 
     def _ensure_dirs(self) -> None:
-        for d in (self.pending, self.inflight, self.dead_dir, self.incoming, self.cursor_dir, self.tmp):
+        for d in (
+            self.pending,
+            self.inflight,
+            self.dead_dir,
+            self.incoming,
+            self.cursor_dir,
+            self.tmp,
+        ):
             d.mkdir(parents=True, exist_ok=True)
 
     # ---- lifecycle ---------------------------------------------------------
@@ -231,7 +247,11 @@ class FileQueue:
             try:
                 jobs.append(Job.from_json(path.read_bytes()))
             except (ValueError, TypeError) as exc:
-                log.error("unreadable push job %s (%s); moved aside to the queue's corrupt/ folder", path.name, type(exc).__name__)
+                log.error(
+                    "unreadable push job %s (%s); moved aside to the queue's corrupt/ folder",
+                    path.name,
+                    type(exc).__name__,
+                )
                 (self.root / "corrupt").mkdir(exist_ok=True)
                 os.replace(path, self.root / "corrupt" / path.name)
         cursors: dict[TaskKey, dict[str, int]] = {}
@@ -329,7 +349,10 @@ class FileQueue:
         try:
             await self._run(self._enqueue_files, jobs, cursor)
         except BaseException:
-            if cursor is not None and self._cursors.get(cursor.key[:3], {}).get(cursor.key[3]) == cursor.new:
+            if (
+                cursor is not None
+                and self._cursors.get(cursor.key[:3], {}).get(cursor.key[3]) == cursor.new
+            ):
                 self._cursors[cursor.key[:3]][cursor.key[3]] = cursor.expected
             raise
         for job in jobs:
@@ -337,7 +360,9 @@ class FileQueue:
         self._event.set()
         return True
 
-    def _enqueue_files(self, dirs: set[pathlib.Path], jobs: list[Job], cursor: CursorMove | None) -> None:
+    def _enqueue_files(
+        self, dirs: set[pathlib.Path], jobs: list[Job], cursor: CursorMove | None
+    ) -> None:
         if jobs:
             self._write(dirs, [(self.pending, job.id, job.to_json()) for job in jobs])
         if cursor is not None:
@@ -407,7 +432,9 @@ class FileQueue:
         await self._run(self._move_with, self.dead_dir, job.id, json.dumps(entry))
         self._finish(lease)
 
-    def _move_with(self, dirs: set[pathlib.Path], directory: pathlib.Path, name: str, text: str) -> None:
+    def _move_with(
+        self, dirs: set[pathlib.Path], directory: pathlib.Path, name: str, text: str
+    ) -> None:
         """inflight/NAME becomes DIRECTORY/NAME with new content (durably)."""
         self._write(dirs, [(directory, name, text)])
         (self.inflight / name).unlink(missing_ok=True)
@@ -435,7 +462,9 @@ class FileQueue:
         for path in self.dead_dir.iterdir():
             try:
                 data = json.loads(path.read_bytes())
-                found.append(DeadJob(path.name, Job(**data["job"]), data["error"], data["failed_at"]))
+                found.append(
+                    DeadJob(path.name, Job(**data["job"]), data["error"], data["failed_at"])
+                )
             except (ValueError, KeyError, TypeError, FileNotFoundError):
                 log.error("unreadable dead push job %s", path.name)
         found.sort(key=lambda d: (d.failed_at, d.id))

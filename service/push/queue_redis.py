@@ -41,7 +41,9 @@ from service.push.queue_base import CursorKey, CursorMove, DeadJob, Job, Lease, 
 log = logging.getLogger("service.push")
 
 POLL_SECONDS = 0.2
-_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")  # idle poll: other replicas' jobs and due retries
+_ENTRY_ID = re.compile(
+    r"[0-9]{1,20}-[0-9]{1,20}"
+)  # idle poll: other replicas' jobs and due retries
 
 # Admit a job to its lane: into the stream when the lane has no head, else park it.
 _ADMIT = """
@@ -55,7 +57,9 @@ local function admit(head, lanekey, stream, lane, seq, job, id)
 end
 """
 
-ENQUEUE = _ADMIT + """
+ENQUEUE = (
+    _ADMIT
+    + """
 -- KEYS: cursor hash, cursor index, head, lane zset, stream
 -- ARGV: config id ('' = no cursor), expected, new, task hash, task json, lane, (seq, job, id)...
 if ARGV[1] ~= '' then
@@ -68,6 +72,7 @@ for i = 7, #ARGV, 3 do
 end
 return 1
 """
+)
 
 FINISH = """
 -- ack or dead-letter. KEYS: stream, head, lane zset, dead stream
@@ -107,12 +112,15 @@ end
 return #items
 """
 
-REPLAY = _ADMIT + """
+REPLAY = (
+    _ADMIT
+    + """
 -- KEYS: dead stream, head, lane zset, stream. ARGV: dead id, lane, seq, job, id
 if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
 admit(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 return 1
 """
+)
 
 START_CURSOR = """
 -- KEYS: cursor hash, cursor index. ARGV: config id, seq, task hash, task json
@@ -174,9 +182,15 @@ class RedisQueue:
             self.redis = aioredis.Redis.from_url(self.url, decode_responses=True)
             self._scripts = {
                 name: self.redis.register_script(src)
-                for name, src in (("enqueue", ENQUEUE), ("finish", FINISH), ("retry", RETRY),
-                                  ("move_due", MOVE_DUE), ("replay", REPLAY),
-                                  ("start_cursor", START_CURSOR), ("drop_cursor", DROP_CURSOR))
+                for name, src in (
+                    ("enqueue", ENQUEUE),
+                    ("finish", FINISH),
+                    ("retry", RETRY),
+                    ("move_due", MOVE_DUE),
+                    ("replay", REPLAY),
+                    ("start_cursor", START_CURSOR),
+                    ("drop_cursor", DROP_CURSOR),
+                )
             }
         return self.redis
 
@@ -190,7 +204,9 @@ class RedisQueue:
         try:
             await self.r.ping()
         except Exception as exc:
-            raise ConnectionError(f"push queue: cannot reach Redis at {safe_url(self.url)} ({exc})") from None
+            raise ConnectionError(
+                f"push queue: cannot reach Redis at {safe_url(self.url)} ({exc})"
+            ) from None
         try:
             await self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
         except ResponseError as exc:
@@ -211,7 +227,13 @@ class RedisQueue:
         lane = jobs[0].lane if jobs else ""
         if cursor is not None:
             task = cursor.key[:3]
-            cursor_args = [cursor.key[3], str(cursor.expected), str(cursor.new), task_hash(task), json.dumps(task)]
+            cursor_args = [
+                cursor.key[3],
+                str(cursor.expected),
+                str(cursor.new),
+                task_hash(task),
+                json.dumps(task),
+            ]
             cursor_keys = [self._cursor_key(task), self.cursor_index]
         else:
             cursor_args = ["", "", "", "", ""]
@@ -228,20 +250,31 @@ class RedisQueue:
     async def lease(self, limit: int) -> list[Lease]:
         if limit <= 0:
             return []
-        await self._run("move_due", [self.retry_key, self.stream], [int(time.time() * 1000), max(limit, 100)])
+        await self._run(
+            "move_due", [self.retry_key, self.stream], [int(time.time() * 1000), max(limit, 100)]
+        )
         entries: list[tuple[str, dict | None]] = []
         if self._own_pending is not None:
-            got = await self.r.xreadgroup(self.group, self.consumer, {self.stream: self._own_pending}, count=limit)
+            got = await self.r.xreadgroup(
+                self.group, self.consumer, {self.stream: self._own_pending}, count=limit
+            )
             mine = got[0][1] if got else []
             entries += [(eid, fields) for eid, fields in mine if eid not in self._active]
             self._own_pending = mine[-1][0] if mine else None
         if len(entries) < limit:
-            claimed = await self.r.xautoclaim(self.stream, self.group, self.consumer, self.lease_ms,
-                                              "0-0", count=limit - len(entries))
+            claimed = await self.r.xautoclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                self.lease_ms,
+                "0-0",
+                count=limit - len(entries),
+            )
             entries += [(eid, fields) for eid, fields in claimed[1] if eid not in self._active]
         if len(entries) < limit:
-            got = await self.r.xreadgroup(self.group, self.consumer, {self.stream: ">"},
-                                          count=limit - len(entries))
+            got = await self.r.xreadgroup(
+                self.group, self.consumer, {self.stream: ">"}, count=limit - len(entries)
+            )
             entries += [(eid, fields) for eid, fields in (got[0][1] if got else [])]
         out = []
         for eid, fields in entries:
@@ -254,8 +287,11 @@ class RedisQueue:
 
     async def _finish(self, lease: Lease, dead: str = "", error: str = "") -> None:
         job = lease.job
-        await self._run("finish", [self.stream, self.head, self._lane_key(job.lane), self.dead_stream],
-                        [self.group, lease.token, job.lane, job.id, dead, error, repr(time.time())])
+        await self._run(
+            "finish",
+            [self.stream, self.head, self._lane_key(job.lane), self.dead_stream],
+            [self.group, lease.token, job.lane, job.id, dead, error, repr(time.time())],
+        )
         self._active.discard(lease.token)
         self._event.set()
 
@@ -266,8 +302,11 @@ class RedisQueue:
         await self._finish(lease, dead=job.to_json(), error=error)
 
     async def retry(self, lease: Lease, job: Job) -> None:
-        await self._run("retry", [self.stream, self.retry_key],
-                        [self.group, lease.token, int(job.due_at * 1000), job.to_json()])
+        await self._run(
+            "retry",
+            [self.stream, self.retry_key],
+            [self.group, lease.token, int(job.due_at * 1000), job.to_json()],
+        )
         self._active.discard(lease.token)
 
     async def release(self, lease: Lease, due_at: float) -> None:
@@ -301,7 +340,9 @@ class RedisQueue:
             targets = []
             for eid in ids:
                 if _ENTRY_ID.fullmatch(eid):  # anything else names no entry
-                    targets += [_dead(e, f) for e, f in await self.r.xrange(self.dead_stream, eid, eid)]
+                    targets += [
+                        _dead(e, f) for e, f in await self.r.xrange(self.dead_stream, eid, eid)
+                    ]
         count = 0
         now = time.time()
         for dead in targets:
@@ -310,8 +351,10 @@ class RedisQueue:
             job.attempts, job.last_error, job.replay = 0, "", True
             job.created_at = job.due_at = now
             count += await self._run(
-                "replay", [self.dead_stream, self.head, self._lane_key(job.lane), self.stream],
-                [dead.id, job.lane, job.seq, job.to_json(), job.id])
+                "replay",
+                [self.dead_stream, self.head, self._lane_key(job.lane), self.stream],
+                [dead.id, job.lane, job.seq, job.to_json(), job.id],
+            )
         self._event.set()
         return count
 
@@ -327,13 +370,23 @@ class RedisQueue:
 
     async def start_cursor(self, key: CursorKey, seq: int) -> None:
         task = key[:3]
-        await self._run("start_cursor", [self._cursor_key(task), self.cursor_index],
-                        [key[3], seq, task_hash(task), json.dumps(task)])
+        await self._run(
+            "start_cursor",
+            [self._cursor_key(task), self.cursor_index],
+            [key[3], seq, task_hash(task), json.dumps(task)],
+        )
 
     async def drop_cursor(self, key: CursorKey) -> None:
         task = key[:3]
-        await self._run("drop_cursor", [self._cursor_key(task), self.cursor_index], [key[3], task_hash(task)])
+        await self._run(
+            "drop_cursor", [self._cursor_key(task), self.cursor_index], [key[3], task_hash(task)]
+        )
 
 
 def _dead(eid: str, fields: dict) -> DeadJob:
-    return DeadJob(eid, Job.from_json(fields["job"]), fields.get("error", ""), float(fields.get("failed_at", 0)))
+    return DeadJob(
+        eid,
+        Job.from_json(fields["job"]),
+        fields.get("error", ""),
+        float(fields.get("failed_at", 0)),
+    )

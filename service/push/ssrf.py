@@ -174,7 +174,9 @@ class CallbackPolicy:
     def from_lists(cls, hosts: Iterable[str], networks: Iterable[str]) -> CallbackPolicy:
         return cls(
             allow_hosts=frozenset(h.strip().lower().rstrip(".") for h in hosts if h.strip()),
-            allow_networks=tuple(ipaddress.ip_network(n.strip(), strict=False) for n in networks if n.strip()),
+            allow_networks=tuple(
+                ipaddress.ip_network(n.strip(), strict=False) for n in networks if n.strip()
+            ),
         )
 
     def _allowed_address(self, ip: IPAddress) -> bool:
@@ -186,7 +188,9 @@ class CallbackPolicy:
         reason = why_blocked(ip)
         if reason is not None:
             where = f"{ip}" if str(ip) == host else f"{host} resolves to {ip},"
-            raise CallbackRefused(f"callback host {where} {reason}; only public addresses may be called")
+            raise CallbackRefused(
+                f"callback host {where} {reason}; only public addresses may be called"
+            )
 
     async def check(self, url: str) -> Target:
         """Refuse unsafe callback URLs; return the addresses the connection may use."""
@@ -210,7 +214,9 @@ class CallbackPolicy:
             try:
                 addr = ipaddress.ip_address(raw)
             except ValueError:
-                raise CallbackRefused(f"callback host {host} resolves to {raw!r}, not an IP address") from None
+                raise CallbackRefused(
+                    f"callback host {host} resolves to {raw!r}, not an IP address"
+                ) from None
             if not allowed_host:
                 self._check_address(addr, host)
             if str(addr) not in addresses:
@@ -229,7 +235,9 @@ def parse_url(url: str) -> tuple[str, str, int]:
     if scheme not in ("http", "https"):
         raise CallbackRefused("callback URL must use http:// or https://")
     if "@" in parts.netloc:
-        raise CallbackRefused("callback URL must not contain credentials (use authentication instead)")
+        raise CallbackRefused(
+            "callback URL must not contain credentials (use authentication instead)"
+        )
     raw_host = parts.hostname or ""
     if not raw_host:
         raise CallbackRefused("callback URL has no host")
@@ -254,7 +262,9 @@ def normalize_host(raw: str, *, bracketed: bool) -> str:
         # spelling is checked in the form a resolver would see.
         host = raw.encode("idna").decode("ascii").lower() if not raw.isascii() else raw.lower()
     except UnicodeError:
-        raise CallbackRefused("callback host is not a valid internationalized domain name") from None
+        raise CallbackRefused(
+            "callback host is not a valid internationalized domain name"
+        ) from None
     return host[:-1] if host.endswith(".") else host
 
 
@@ -273,7 +283,9 @@ def literal_ip(host: str) -> IPAddress | None:
 
 def check_name(host: str) -> None:
     if host in LOCAL_NAMES or host.endswith(LOCAL_SUFFIXES):
-        raise CallbackRefused(f"callback host {host} is a local name; only public hosts may be called")
+        raise CallbackRefused(
+            f"callback host {host} is a local name; only public hosts may be called"
+        )
     labels = host.split(".")
     if len(host) > 253 or not all(_NAME.fullmatch(label) for label in labels):
         raise CallbackRefused(f"callback host {host!r} is not a valid DNS name")

@@ -49,7 +49,9 @@ class _Connection:
 
     async def exchange(self, request: h11.Request, body: bytes) -> Reply:
         conn = self.h11
-        self.writer.write(conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+        self.writer.write(
+            conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+        )
         await self.writer.drain()
         response: h11.Response | None = None
         read = 0
@@ -79,7 +81,9 @@ class _Connection:
 
 
 class CallbackClient:
-    def __init__(self, policy: CallbackPolicy, *, timeout: float = 10.0, max_connections: int = 64) -> None:
+    def __init__(
+        self, policy: CallbackPolicy, *, timeout: float = 10.0, max_connections: int = 64
+    ) -> None:
         self.policy = policy
         self.timeout = timeout
         self.max_idle = min(max_connections, MAX_IDLE_PER_ORIGIN)
@@ -125,7 +129,8 @@ class CallbackClient:
         for address in target.addresses:  # connect to a checked address, nothing else
             try:
                 reader, writer = await asyncio.open_connection(
-                    address, target.port,
+                    address,
+                    target.port,
                     ssl=self._ssl if target.scheme == "https" else None,
                     server_hostname=target.host if target.scheme == "https" else None,
                 )
@@ -166,9 +171,14 @@ def _transport_error(exc: BaseException) -> BaseException:
 
 def _request(target: Target, headers: list[tuple[str, str]], length: int) -> h11.Request:
     parts = urlsplit(target.url)
-    path = quote(parts.path or "/", safe=_SAFE) + (f"?{quote(parts.query, safe=_SAFE)}" if parts.query else "")
+    path = quote(parts.path or "/", safe=_SAFE) + (
+        f"?{quote(parts.query, safe=_SAFE)}" if parts.query else ""
+    )
     host = f"[{target.host}]" if ":" in target.host else target.host
     default = 443 if target.scheme == "https" else 80
     authority = host if target.port == default else f"{host}:{target.port}"
-    return h11.Request(method="POST", target=path,
-                       headers=[("Host", authority), ("Content-Length", str(length)), *headers])
+    return h11.Request(
+        method="POST",
+        target=path,
+        headers=[("Host", authority), ("Content-Length", str(length)), *headers],
+    )

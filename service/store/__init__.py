@@ -23,7 +23,9 @@ def open_store(url: str, commit_interval_ms: float | None = None) -> TaskStore:
         if path.startswith("///"):
             path = path[2:]
         elif path.startswith("//"):
-            raise ValueError(f"store URL {url!r}: use sqlite:///absolute/path or sqlite:relative/path")
+            raise ValueError(
+                f"store URL {url!r}: use sqlite:///absolute/path or sqlite:relative/path"
+            )
         if commit_interval_ms is None:
             return SqliteTaskStore(path)
         return SqliteTaskStore(path, commit_interval=commit_interval_ms / 1000)

@@ -73,7 +73,9 @@ class MemoryTaskStore:
         return found
 
     async def put_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig) -> None:
-        self._configs.setdefault((scope, config.task_id), {})[config.id] = config.SerializeToString()
+        self._configs.setdefault((scope, config.task_id), {})[config.id] = (
+            config.SerializeToString()
+        )
 
     async def get_push_config(
         self, scope: Scope, task_id: str, config_id: str

@@ -41,8 +41,15 @@ _PAIR = 2
 class CommitPacer:
     """The decisions of one store's writer; times are the event loop's clock."""
 
-    def __init__(self, interval: float, *, few: int = 16, measure_every: float = 0.1,
-                 probe_every: float = 1.0, lone_slots: int = 3) -> None:
+    def __init__(
+        self,
+        interval: float,
+        *,
+        few: int = 16,
+        measure_every: float = 0.1,
+        probe_every: float = 1.0,
+        lone_slots: int = 3,
+    ) -> None:
         self.interval = max(0.0, interval)
         self.few = few
         self.lone_slots = lone_slots
@@ -100,7 +107,9 @@ class CommitPacer:
             self._compare_slots(size)
             self._counted_until = now + self.measure_every
             self._lone_run = self._lone_run + 1 if size <= 1 else 0
-            if size <= 1 and (self._lone_run >= self.lone_slots or self._writers <= _PAIR or not self.grouping):
+            if size <= 1 and (
+                self._lone_run >= self.lone_slots or self._writers <= _PAIR or not self.grouping
+            ):
                 # A lone caller (or a probe that found nobody): the waits gathered nothing.
                 self.grouping = False
                 self._lone_run = 0
@@ -110,7 +119,12 @@ class CommitPacer:
             # Independent writers appeared: wait whole slots until they are counted.
             self.grouping = True
             self._counts, self._counted_until = (), float("-inf")
-            self.stretch, self._long_count_next, self._short_count, self._long_count = 1, False, 0, 0
+            self.stretch, self._long_count_next, self._short_count, self._long_count = (
+                1,
+                False,
+                0,
+                0,
+            )
 
     def _compare_slots(self, size: int) -> None:
         """Record a whole slot's count by its length; a long count that exceeds the

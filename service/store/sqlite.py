@@ -210,9 +210,12 @@ def count_query(scope: Scope, query: TaskQuery) -> tuple[str, list[Any]]:
 # in between), so a batch is written with as few calls as possible: multi-row
 # VALUES, task_counts changed once per batch by the sum of its changes.
 
-_TASK_INSERT = "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot) VALUES {values}"
+_TASK_INSERT = (
+    "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot) VALUES {values}"
+)
 _TASK_UPSERT = (
-    _TASK_INSERT + " ON CONFLICT (tenant, owner, id) DO UPDATE SET context_id = excluded.context_id,"
+    _TASK_INSERT
+    + " ON CONFLICT (tenant, owner, id) DO UPDATE SET context_id = excluded.context_id,"
     " state = excluded.state, status_us = excluded.status_us, snapshot = excluded.snapshot"
 )
 _EVENT_INSERT = (
@@ -272,6 +275,8 @@ def _unpack_events(blob: bytes) -> list[tuple[int, bytes]]:
         out.append((seq, blob[pos : pos + length]))
         pos += length
     return out
+
+
 _MAX_ROWS = 64  # rows per statement; 64 sizes x 5 statements fit the statement cache
 _sql_cache: dict[tuple[str, int], str] = {}
 
@@ -526,10 +531,16 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
 def _page_token_key(conn: sqlite3.Connection) -> bytes:
     """This database's secret for ListTasks page tokens: made once, kept in the file, so
     tokens stay valid across restarts (and for every process on the same file)."""
-    conn.execute("CREATE TABLE IF NOT EXISTS store_secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
-    conn.execute("INSERT OR IGNORE INTO store_secrets VALUES ('page_token_key', ?)", (os.urandom(32),))
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS store_secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL)"
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO store_secrets VALUES ('page_token_key', ?)", (os.urandom(32),)
+    )
     conn.commit()
-    return bytes(conn.execute("SELECT value FROM store_secrets WHERE name = 'page_token_key'").fetchone()[0])
+    return bytes(
+        conn.execute("SELECT value FROM store_secrets WHERE name = 'page_token_key'").fetchone()[0]
+    )
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -627,7 +638,9 @@ class SqliteTaskStore:
             self._flush_handle = self._checkpoint = self._copying = self._busy_since = None
             self._busy_pause = _BUSY_RETRY_S[0]
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-read")
-            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-checkpoint")
+            self._helper = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="task-store-checkpoint"
+            )
             self._open = True
 
     def _open_sync(self) -> tuple[sqlite3.Connection, ...]:
@@ -692,7 +705,9 @@ class SqliteTaskStore:
             raise RuntimeError("task store is not open")
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            raise RuntimeError("the task store is used from another event loop than the one that opened it")
+            raise RuntimeError(
+                "the task store is used from another event loop than the one that opened it"
+            )
         fut = loop.create_future()
         self._pending.append((fn, args, fut))  # before any await: call order = commit order
         if self._checkpoint is not None or self._busy_since is not None:
@@ -756,15 +771,20 @@ class SqliteTaskStore:
             else:
                 # Fail everything queued now, not one batch per 10 s.
                 batch = list(self._pending)
-                log.error("task store: the database stayed locked for %.0f s; %d write(s) failed",
-                          _BUSY_TIMEOUT_S, len(batch))
+                log.error(
+                    "task store: the database stayed locked for %.0f s; %d write(s) failed",
+                    _BUSY_TIMEOUT_S,
+                    len(batch),
+                )
                 outcomes = [(None, _unavailable()) for _ in batch]
             if outcomes is None:
                 return False
         self._busy_since, self._busy_pause = None, _BUSY_RETRY_S[0]
         del self._pending[: len(batch)]
         self._pacer.on_commit(self._loop.time(), len(batch))
-        _settle([(fut, result, exc) for (_, _, fut), (result, exc) in zip(batch, outcomes, strict=True)])
+        _settle(
+            [(fut, result, exc) for (_, _, fut), (result, exc) in zip(batch, outcomes, strict=True)]
+        )
         return True
 
     def _commit_batch(
@@ -879,14 +899,22 @@ class SqliteTaskStore:
         busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if paused and not busy and frames == copied:
             _restart_wal(conn)
-        log.debug("task store: checkpoint%s copied %d of %d WAL frames in %.1f ms%s",
-                  " (commits paused)" if paused else "", copied, frames,
-                  1000 * (time.monotonic() - started), " (busy)" if busy else "")
+        log.debug(
+            "task store: checkpoint%s copied %d of %d WAL frames in %.1f ms%s",
+            " (commits paused)" if paused else "",
+            copied,
+            frames,
+            1000 * (time.monotonic() - started),
+            " (busy)" if busy else "",
+        )
 
     @staticmethod
     def _report_checkpoint(fut: asyncio.Future) -> None:
         if fut.cancelled() or fut.exception() is not None:
-            log.error("task store: checkpoint failed: %s", "cancelled" if fut.cancelled() else fut.exception())
+            log.error(
+                "task store: checkpoint failed: %s",
+                "cancelled" if fut.cancelled() else fut.exception(),
+            )
 
     def _copy_done(self, fut: asyncio.Future) -> None:
         self._copying = None

@@ -25,7 +25,8 @@ class ChunkAgent:
         every = int(words[1]) if len(words) > 1 else 1
         art = None
         for i in range(n):
-            art = await ctx.artifact(CHUNK_TEXT, artifact_id=art, name="stream",
-                                     append=i > 0, last_chunk=i == n - 1)
+            art = await ctx.artifact(
+                CHUNK_TEXT, artifact_id=art, name="stream", append=i > 0, last_chunk=i == n - 1
+            )
             if every and (i + 1) % every == 0:
                 await asyncio.sleep(0)

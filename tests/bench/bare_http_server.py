@@ -32,7 +32,12 @@ async def fixed(request: Request) -> Response:
 
 
 async def main(port: int) -> None:
-    app = Starlette(routes=[Route("/", fixed, methods=["POST"]), Route("/message:send", fixed, methods=["POST"])])
+    app = Starlette(
+        routes=[
+            Route("/", fixed, methods=["POST"]),
+            Route("/message:send", fixed, methods=["POST"]),
+        ]
+    )
     server = HttpServer(HOST, port)
     await server.start(app, log_level="warning")
     await announce_and_wait(f"A2A service ready: grpc=0 http={server.port}")

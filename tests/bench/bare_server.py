@@ -1,6 +1,6 @@
 """The ceiling: a bare grpc.aio server whose SendMessage returns one pre-built response.
 
-    python tests/bench/bare_server.py [--port 0]
+python tests/bench/bare_server.py [--port 0]
 """
 
 from __future__ import annotations

@@ -68,8 +68,12 @@ class ServerProcess:
         env.update(self.env or {})
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self.argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT,
+                self.argv,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -149,7 +153,9 @@ def port_from_argv() -> int:
     return parser.parse_args().port
 
 
-async def run_load(workers: list, call_once, duration: float, count: int) -> tuple[list[float], float, int, str]:
+async def run_load(
+    workers: list, call_once, duration: float, count: int
+) -> tuple[list[float], float, int, str]:
     """Drive `call_once(worker)` from every worker until `count` calls (if set) or
     `duration` seconds. `call_once` returns None on success or an error text.
     Returns (latencies of the successful calls, elapsed, errors, first error)."""
@@ -202,10 +208,14 @@ def summarize_rounds(key: str, label: str, rounds: list[dict]) -> dict:
     elapsed = sum(r["elapsed_s"] for r in rounds)
     server_cpu = sum(r["server_cpu_s"] for r in rounds)
     return {
-        "key": key, "server": label,
-        "rps": statistics.median(rates), "rps_rounds": rates,
-        "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
-        "requests": len(latencies), "errors": sum(r["errors"] for r in rounds),
+        "key": key,
+        "server": label,
+        "rps": statistics.median(rates),
+        "rps_rounds": rates,
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
+        "requests": len(latencies),
+        "errors": sum(r["errors"] for r in rounds),
         "first_error": next((r["first_error"] for r in rounds if r["first_error"]), ""),
         "server_cpu_pct": 100 * server_cpu / elapsed,
         "client_cpu_pct": 100 * sum(r["client_cpu_s"] for r in rounds) / elapsed,

@@ -25,25 +25,37 @@ _ID = "0" * 32  # placeholder of the per-request messageId (same length as uuid4
 
 
 def _jsonrpc_body() -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-        "message": {"messageId": _ID, "role": "ROLE_USER", "parts": [{"text": ECHO_TEXT}]}}},
-        separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {"messageId": _ID, "role": "ROLE_USER", "parts": [{"text": ECHO_TEXT}]}
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def _rest_body() -> bytes:
-    return json.dumps({"message": {"messageId": _ID, "role": "ROLE_USER", "parts": [{"text": ECHO_TEXT}]}},
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {"message": {"messageId": _ID, "role": "ROLE_USER", "parts": [{"text": ECHO_TEXT}]}},
+        separators=(",", ":"),
+    ).encode()
 
 
 class RequestTemplate:
     """The bytes of one POST, with a fresh messageId spliced in per request."""
 
     def __init__(self, port: int, path: str, body: bytes) -> None:
-        head = (f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
-                f"A2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
+            f"A2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
         whole = head + body
         at = whole.index(_ID.encode())
-        self.prefix, self.suffix = whole[:at], whole[at + len(_ID):]
+        self.prefix, self.suffix = whole[:at], whole[at + len(_ID) :]
 
     def build(self) -> bytes:
         return self.prefix + uuid.uuid4().hex.encode() + self.suffix
@@ -66,7 +78,7 @@ class Connection:
         if at < 0:
             raise RuntimeError(f"response without Content-Length: {head[:200]!r}")
         end = lower.index(b"\r\n", at + 2)
-        body = await self.reader.readexactly(int(lower[at + 17:end]))
+        body = await self.reader.readexactly(int(lower[at + 17 : end]))
         return status, body
 
     def close(self) -> None:
@@ -77,14 +89,18 @@ def check_body(body: bytes, rest: bool, echo: bool) -> None:
     doc = json.loads(body)
     result = doc if rest else doc.get("result")
     task = (result or {}).get("task") or {}
-    if task.get("status", {}).get("state") != "TASK_STATE_COMPLETED" or len(task.get("artifacts", [])) != 1:
+    if (
+        task.get("status", {}).get("state") != "TASK_STATE_COMPLETED"
+        or len(task.get("artifacts", [])) != 1
+    ):
         raise AssertionError(f"unexpected SendMessage response: {body[:300]!r}")
     if echo and task["artifacts"][0]["parts"][0].get("text") != ECHO_TEXT:
         raise AssertionError(f"artifact does not echo {ECHO_TEXT!r}: {body[:300]!r}")
 
 
-async def drive(conns: list[Connection], template: RequestTemplate, duration: float,
-                count: int) -> tuple[list[float], float, int, str]:
+async def drive(
+    conns: list[Connection], template: RequestTemplate, duration: float, count: int
+) -> tuple[list[float], float, int, str]:
     """One SendMessage caller per connection; see run_load."""
 
     async def call_once(conn: Connection) -> str | None:
@@ -106,18 +122,43 @@ async def measure(server: ServerProcess, path: str, rest: bool, echo: bool, args
         check_body(body, rest, echo)
         await drive(conns, template, args.warmup, 0)
         cpu0, cli0 = server.cpu_seconds(), time.process_time()
-        latencies, elapsed, errors, first_error = await drive(conns, template, args.duration, args.requests)
+        latencies, elapsed, errors, first_error = await drive(
+            conns, template, args.duration, args.requests
+        )
         cpu1, cli1 = server.cpu_seconds(), time.process_time()
     finally:
         for conn in conns:
             conn.close()
-    return {"requests": len(latencies), "elapsed_s": elapsed, "errors": errors, "first_error": first_error,
-            "latencies": latencies, "server_cpu_s": cpu1 - cpu0, "client_cpu_s": cli1 - cli0}
+    return {
+        "requests": len(latencies),
+        "elapsed_s": elapsed,
+        "errors": errors,
+        "first_error": first_error,
+        "latencies": latencies,
+        "server_cpu_s": cpu1 - cpu0,
+        "client_cpu_s": cli1 - cli0,
+    }
 
 
 def ours_http_argv(store: str) -> list[str]:
-    return [PY, "-m", "service", "serve", "--host", HOST, "--grpc-port", "0", "--http-port", "0",
-            "--store", store, "--agent", "echo", "--log-level", "WARNING"]
+    return [
+        PY,
+        "-m",
+        "service",
+        "serve",
+        "--host",
+        HOST,
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--store",
+        store,
+        "--agent",
+        "echo",
+        "--log-level",
+        "WARNING",
+    ]
 
 
 async def bench_http(args, tmp: pathlib.Path) -> list[dict]:
@@ -131,9 +172,30 @@ async def bench_http(args, tmp: pathlib.Path) -> list[dict]:
     rows_spec = [
         ("http_bare", "bare starlette handler, fixed JSON (ceiling)", "bare", "/", False, False),
         ("http_sdk", "a2a-sdk 1.3.0 JSON-RPC, in-memory store", "sdk", "/", False, True),
-        ("http_jsonrpc", "ours JSON-RPC via gateway, memory store", "ours_memory", "/", False, True),
-        ("http_rest", "ours REST via gateway, memory store", "ours_memory", "/message:send", True, True),
-        ("http_jsonrpc_sqlite", "ours JSON-RPC via gateway, SQLite store", "ours_sqlite", "/", False, True),
+        (
+            "http_jsonrpc",
+            "ours JSON-RPC via gateway, memory store",
+            "ours_memory",
+            "/",
+            False,
+            True,
+        ),
+        (
+            "http_rest",
+            "ours REST via gateway, memory store",
+            "ours_memory",
+            "/message:send",
+            True,
+            True,
+        ),
+        (
+            "http_jsonrpc_sqlite",
+            "ours JSON-RPC via gateway, SQLite store",
+            "ours_sqlite",
+            "/",
+            False,
+            True,
+        ),
     ]
     servers: dict[str, ServerProcess] = {}
     runs: dict[str, list[dict]] = {key: [] for key, *_ in rows_spec}
@@ -146,8 +208,11 @@ async def bench_http(args, tmp: pathlib.Path) -> list[dict]:
             for key, label, server, path, rest, echo in rows_spec:
                 result = await measure(servers[server], path, rest, echo, args)
                 runs[key].append(result)
-                print(f"  round {rnd + 1}/{args.rounds} {label}: "
-                      f"{result['requests'] / result['elapsed_s']:.0f} req/s", file=sys.stderr)
+                print(
+                    f"  round {rnd + 1}/{args.rounds} {label}: "
+                    f"{result['requests'] / result['elapsed_s']:.0f} req/s",
+                    file=sys.stderr,
+                )
     finally:
         for server in servers.values():
             server.stop()
@@ -155,8 +220,10 @@ async def bench_http(args, tmp: pathlib.Path) -> list[dict]:
     by_key = {r["key"]: r for r in rows}
     for row in rows:  # ratios per round, then the median (rounds are interleaved)
         for ref, field in (("http_bare", "vs_bare"), ("http_sdk", "vs_sdk")):
-            per_round = [a / b if b else float("nan")
-                         for a, b in zip(row["rps_rounds"], by_key[ref]["rps_rounds"], strict=True)]
+            per_round = [
+                a / b if b else float("nan")
+                for a, b in zip(row["rps_rounds"], by_key[ref]["rps_rounds"], strict=True)
+            ]
             row[field + "_rounds"] = per_round
             row[field] = statistics.median(per_round)
     return rows

@@ -116,7 +116,11 @@ async def _turn(stub, url: str, chunks: int) -> int:
 
 async def measure_queue(queue: str, tmp: pathlib.Path, tasks: int, chunks: int) -> dict:
     row: dict = {"queue": queue, "tasks": tasks, "chunks_per_task": chunks}
-    env = {"A2A_PUSH_NOTIFICATIONS": "true", "A2A_PUSH_ALLOW_NETWORKS": f"{HOST}/32", "A2A_PUSH_QUEUE": queue}
+    env = {
+        "A2A_PUSH_NOTIFICATIONS": "true",
+        "A2A_PUSH_ALLOW_NETWORKS": f"{HOST}/32",
+        "A2A_PUSH_QUEUE": queue,
+    }
     prefix = ""
     if queue == "redis-streams":
         problem = await _redis_ok()
@@ -124,9 +128,24 @@ async def measure_queue(queue: str, tmp: pathlib.Path, tasks: int, chunks: int) 
             return row | {"skipped": problem}
         prefix = f"bench-push:{uuid.uuid4().hex[:8]}"
         env |= {"A2A_PUSH_REDIS_URL": REDIS_URL, "A2A_PUSH_REDIS_PREFIX": prefix}
-    argv = [PY, "-m", "service", "serve", "--host", HOST, "--grpc-port", "0", "--http-port", "-1",
-            "--data-dir", str(tmp / f"push-{queue}"), "--agent", "tests.bench.agents:ChunkAgent",
-            "--log-level", "WARNING"]
+    argv = [
+        PY,
+        "-m",
+        "service",
+        "serve",
+        "--host",
+        HOST,
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "-1",
+        "--data-dir",
+        str(tmp / f"push-{queue}"),
+        "--agent",
+        "tests.bench.agents:ChunkAgent",
+        "--log-level",
+        "WARNING",
+    ]
     receiver = await FastReceiver().start()
     server = ServerProcess(f"push-{queue}", argv, tmp, env=env).start()
     try:
@@ -151,7 +170,9 @@ async def measure_queue(queue: str, tmp: pathlib.Path, tasks: int, chunks: int) 
         got = len(receiver.keys)
         span = receiver.last - receiver.first
         row |= {
-            "notifications": expected, "received": got, "requests": receiver.requests,
+            "notifications": expected,
+            "received": got,
+            "requests": receiver.requests,
             "per_s": (got - 1) / span if span > 0 else float("nan"),
             "lag_s": max(0.0, receiver.last - produced),
             "server_cpu_s": cpu1 - cpu0,
@@ -171,14 +192,19 @@ async def bench_push(args, tmp: pathlib.Path) -> list[dict]:
     rows = []
     for queue in ("local-file", "redis-streams"):
         row = await measure_queue(queue, tmp, tasks, chunks)
-        print(f"  push {queue}: " + (row.get("skipped") or f"{row['per_s']:.0f} notifications/s"), file=sys.stderr)
+        print(
+            f"  push {queue}: " + (row.get("skipped") or f"{row['per_s']:.0f} notifications/s"),
+            file=sys.stderr,
+        )
         rows.append(row)
     return rows
 
 
 def report_push(rows: list[dict]) -> str:
-    out = ["\nPush delivery: notifications per second to a fast loopback receiver (answers 200 at once), "
-           "SQLite store, one POST per task event, 8 streaming turns at a time"]
+    out = [
+        "\nPush delivery: notifications per second to a fast loopback receiver (answers 200 at once), "
+        "SQLite store, one POST per task event, 8 streaming turns at a time"
+    ]
     header = f"{'queue':<15}{'tasks x chunks':>16}{'notifications':>15}{'per s':>10}{'lag s':>8}{'srv CPU s':>11}"
     out += [header, "-" * len(header)]
     for r in rows:
@@ -186,8 +212,10 @@ def report_push(rows: list[dict]) -> str:
         if "skipped" in r:
             out.append(f"{r['queue']:<15}{shape:>16}  skipped: {r['skipped']}")
             continue
-        out.append(f"{r['queue']:<15}{shape:>16}{r['received']:>15}{r['per_s']:>10.0f}{r['lag_s']:>8.2f}"
-                   f"{r['server_cpu_s']:>11.1f}" + (f"  ERROR: {r['error']}" if "error" in r else ""))
+        out.append(
+            f"{r['queue']:<15}{shape:>16}{r['received']:>15}{r['per_s']:>10.0f}{r['lag_s']:>8.2f}"
+            f"{r['server_cpu_s']:>11.1f}" + (f"  ERROR: {r['error']}" if "error" in r else "")
+        )
     return "\n".join(out)
 
 
@@ -201,7 +229,9 @@ def push_rows_bad(rows: list[dict]) -> list[str]:
 if __name__ == "__main__":
     import tempfile
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     cli_args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="a2a-push-bench-") as d:

@@ -61,8 +61,24 @@ ECHO_TEXT = "hello bench"
 
 
 def ours_argv(store: str, agent: str = "echo") -> list[str]:
-    return [PY, "-m", "service", "serve", "--host", HOST, "--grpc-port", "0", "--http-port", "-1",
-            "--store", store, "--agent", agent, "--log-level", "WARNING"]
+    return [
+        PY,
+        "-m",
+        "service",
+        "serve",
+        "--host",
+        HOST,
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "-1",
+        "--store",
+        store,
+        "--agent",
+        agent,
+        "--log-level",
+        "WARNING",
+    ]
 
 
 async def wait_ready(channel: grpc.aio.Channel) -> None:
@@ -71,7 +87,9 @@ async def wait_ready(channel: grpc.aio.Channel) -> None:
 
 def channel(target: str) -> grpc.aio.Channel:
     assert target.startswith(f"{HOST}:"), target
-    return grpc.aio.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+    return grpc.aio.insecure_channel(
+        target, options=[("grpc.max_receive_message_length", 64 << 20)]
+    )
 
 
 # ------------------------------------------------------------------ 1. SendMessage throughput
@@ -86,7 +104,9 @@ def check_echo(response: pb.SendMessageResponse, sent: str | None) -> None:
         raise AssertionError(f"artifact does not echo {sent!r}: {task.artifacts[0]}")
 
 
-async def drive(stub, concurrency: int, duration: float, count: int) -> tuple[list[float], float, int, str]:
+async def drive(
+    stub, concurrency: int, duration: float, count: int
+) -> tuple[list[float], float, int, str]:
     """`concurrency` SendMessage callers on one channel; see run_load."""
 
     async def call_once(_worker) -> str | None:
@@ -103,24 +123,47 @@ async def measure_send(server: ServerProcess, args, sent_check: bool) -> dict:
     async with channel(server.target) as ch:
         await wait_ready(ch)
         stub = a2a_pb2_grpc.A2AServiceStub(ch)
-        check_echo(await stub.SendMessage(send_request(ECHO_TEXT), metadata=METADATA, timeout=30),
-                   ECHO_TEXT if sent_check else None)
+        check_echo(
+            await stub.SendMessage(send_request(ECHO_TEXT), metadata=METADATA, timeout=30),
+            ECHO_TEXT if sent_check else None,
+        )
         await drive(stub, args.concurrency, args.warmup, 0)
         cpu0, cli0 = server.cpu_seconds(), time.process_time()
         latencies, elapsed, errors, first_error = await drive(
-            stub, args.concurrency, args.duration, args.requests)
+            stub, args.concurrency, args.duration, args.requests
+        )
         cpu1, cli1 = server.cpu_seconds(), time.process_time()
     return {
-        "requests": len(latencies), "elapsed_s": elapsed, "errors": errors, "first_error": first_error,
-        "latencies": latencies, "server_cpu_s": cpu1 - cpu0, "client_cpu_s": cli1 - cli0,
+        "requests": len(latencies),
+        "elapsed_s": elapsed,
+        "errors": errors,
+        "first_error": first_error,
+        "latencies": latencies,
+        "server_cpu_s": cpu1 - cpu0,
+        "client_cpu_s": cli1 - cli0,
     }
 
 
 async def bench_send(args, tmp: pathlib.Path) -> list[dict]:
     specs = [
-        ("bare", "bare grpc.aio handler (ceiling)", [PY, str(ROOT / "tests/bench/bare_server.py")], False),
-        ("sdk", "a2a-sdk 1.3.0 gRPC, in-memory store", [PY, str(ROOT / "tests/bench/sdk_server.py")], True),
-        ("ours_sqlite", "ours, SQLite store, echo agent", ours_argv(f"sqlite:{tmp / 'send.db'}"), True),
+        (
+            "bare",
+            "bare grpc.aio handler (ceiling)",
+            [PY, str(ROOT / "tests/bench/bare_server.py")],
+            False,
+        ),
+        (
+            "sdk",
+            "a2a-sdk 1.3.0 gRPC, in-memory store",
+            [PY, str(ROOT / "tests/bench/sdk_server.py")],
+            True,
+        ),
+        (
+            "ours_sqlite",
+            "ours, SQLite store, echo agent",
+            ours_argv(f"sqlite:{tmp / 'send.db'}"),
+            True,
+        ),
         ("ours_memory", "ours, memory store, echo agent", ours_argv("memory:"), True),
     ]
     servers = []
@@ -132,8 +175,11 @@ async def bench_send(args, tmp: pathlib.Path) -> list[dict]:
             for key, label, server, check in servers:
                 result = await measure_send(server, args, check)
                 runs[key].append(result)
-                print(f"  round {rnd + 1}/{args.rounds} {label}: "
-                      f"{result['requests'] / result['elapsed_s']:.0f} req/s", file=sys.stderr)
+                print(
+                    f"  round {rnd + 1}/{args.rounds} {label}: "
+                    f"{result['requests'] / result['elapsed_s']:.0f} req/s",
+                    file=sys.stderr,
+                )
     finally:
         for *_, server, _check in servers:
             server.stop()
@@ -142,7 +188,9 @@ async def bench_send(args, tmp: pathlib.Path) -> list[dict]:
     # median: rounds are interleaved, so drift in machine load cancels out.
     bare_rates = rows[0]["rps_rounds"]
     for row in rows:
-        row["vs_bare_rounds"] = [r / b if b else float("nan") for r, b in zip(row["rps_rounds"], bare_rates, strict=True)]
+        row["vs_bare_rounds"] = [
+            r / b if b else float("nan") for r, b in zip(row["rps_rounds"], bare_rates, strict=True)
+        ]
         row["vs_bare"] = statistics.median(row["vs_bare_rounds"])
     return rows
 
@@ -164,7 +212,11 @@ async def stream_turn(stub, chunks: int, every: int) -> tuple[int, float, float]
         artifacts += event.HasField("artifact_update")
         last = event
     elapsed = time.perf_counter() - t0
-    if artifacts != chunks or last is None or last.status_update.status.state != pb.TASK_STATE_COMPLETED:
+    if (
+        artifacts != chunks
+        or last is None
+        or last.status_update.status.state != pb.TASK_STATE_COMPLETED
+    ):
         raise AssertionError(f"stream ended after {artifacts}/{chunks} chunks; last event {last}")
     return events, elapsed, first
 
@@ -187,7 +239,9 @@ async def measure_stream(server: ServerProcess, chunks: int, every: int, duratio
             firsts.append(first)
         cpu = server.cpu_seconds() - cpu0
     return {
-        "events": total_events, "elapsed_s": total_time, "turns": len(turns),
+        "events": total_events,
+        "elapsed_s": total_time,
+        "turns": len(turns),
         "events_per_s": total_events / total_time,
         "turn_ms": statistics.median(turns) * 1000,
         "first_event_ms": statistics.median(firsts) * 1000,
@@ -202,11 +256,17 @@ async def bench_stream(args, tmp: pathlib.Path) -> list[dict]:
         try:
             server.start()
             for chunks in args.stream_chunks:
-                result = await measure_stream(server, chunks, args.stream_yield_every, args.stream_duration)
-                result.update(store=store_key, chunks_per_turn=chunks, yield_every=args.stream_yield_every)
+                result = await measure_stream(
+                    server, chunks, args.stream_yield_every, args.stream_duration
+                )
+                result.update(
+                    store=store_key, chunks_per_turn=chunks, yield_every=args.stream_yield_every
+                )
                 rows.append(result)
-                print(f"  stream {store_key} N={chunks}: {result['events_per_s']:.0f} events/s",
-                      file=sys.stderr)
+                print(
+                    f"  stream {store_key} N={chunks}: {result['events_per_s']:.0f} events/s",
+                    file=sys.stderr,
+                )
         finally:
             server.stop()
     return rows
@@ -216,8 +276,14 @@ async def bench_stream(args, tmp: pathlib.Path) -> list[dict]:
 
 CONTEXTS = 10
 PAGE = 50
-STATES = (pb.TASK_STATE_COMPLETED, pb.TASK_STATE_COMPLETED, pb.TASK_STATE_COMPLETED,
-          pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELED, pb.TASK_STATE_INPUT_REQUIRED)
+STATES = (
+    pb.TASK_STATE_COMPLETED,
+    pb.TASK_STATE_COMPLETED,
+    pb.TASK_STATE_COMPLETED,
+    pb.TASK_STATE_FAILED,
+    pb.TASK_STATE_CANCELED,
+    pb.TASK_STATE_INPUT_REQUIRED,
+)
 
 
 def make_task(i: int, status_us: int, context_id: str) -> pb.Task:
@@ -225,8 +291,9 @@ def make_task(i: int, status_us: int, context_id: str) -> pb.Task:
     task.status.state = STATES[i % len(STATES)]
     task.status.timestamp.seconds, rest = divmod(status_us, 1_000_000)
     task.status.timestamp.nanos = rest * 1000
-    msg = task.history.add(message_id=uuid.uuid4().hex, role=pb.ROLE_USER, task_id=task.id,
-                           context_id=context_id)
+    msg = task.history.add(
+        message_id=uuid.uuid4().hex, role=pb.ROLE_USER, task_id=task.id, context_id=context_id
+    )
     msg.parts.add(text=f"bench message {i}")
     art = task.artifacts.add(artifact_id=uuid.uuid4().hex, name="echo")
     art.parts.add(text=f"bench message {i}")
@@ -259,8 +326,14 @@ async def fill_store(path: pathlib.Path, n: int, batch: int) -> dict:
         await store.close()
     elapsed = time.perf_counter() - t0
     keys.sort(reverse=True)
-    return {"tasks": n, "fill_s": elapsed, "tasks_per_s": n / elapsed, "keys": keys,
-            "context_id": contexts[0], "page_token_key": store.page_token_key}
+    return {
+        "tasks": n,
+        "fill_s": elapsed,
+        "tasks_per_s": n / elapsed,
+        "keys": keys,
+        "context_id": contexts[0],
+        "page_token_key": store.page_token_key,
+    }
 
 
 def list_queries(fill: dict) -> dict:
@@ -274,21 +347,40 @@ def list_queries(fill: dict) -> dict:
     in_context = sum(1 for i in range(n) if i % CONTEXTS == 0)
     return {
         "first_page": (pb.ListTasksRequest(page_size=PAGE), keys[0][1], n, n),
-        "deep_page": (pb.ListTasksRequest(page_size=PAGE, page_token=encode_cursor(
-            fill["page_token_key"], Scope(), keys[middle - 1])),
-                      keys[middle][1], n, n - middle),
-        "context_filter": (pb.ListTasksRequest(page_size=PAGE, context_id=fill["context_id"]), None,
-                           in_context, in_context),
+        "deep_page": (
+            pb.ListTasksRequest(
+                page_size=PAGE,
+                page_token=encode_cursor(fill["page_token_key"], Scope(), keys[middle - 1]),
+            ),
+            keys[middle][1],
+            n,
+            n - middle,
+        ),
+        "context_filter": (
+            pb.ListTasksRequest(page_size=PAGE, context_id=fill["context_id"]),
+            None,
+            in_context,
+            in_context,
+        ),
     }
 
 
-def check_page(name: str, response: pb.ListTasksResponse, first_id: str | None, total: int, left: int) -> None:
-    if (len(response.tasks) != min(PAGE, left) or response.total_size != total
-            or bool(response.next_page_token) != (left > PAGE)):
-        raise AssertionError(f"ListTasks {name}: {len(response.tasks)} tasks, total "
-                             f"{response.total_size} (expected {min(PAGE, left)} of {total})")
+def check_page(
+    name: str, response: pb.ListTasksResponse, first_id: str | None, total: int, left: int
+) -> None:
+    if (
+        len(response.tasks) != min(PAGE, left)
+        or response.total_size != total
+        or bool(response.next_page_token) != (left > PAGE)
+    ):
+        raise AssertionError(
+            f"ListTasks {name}: {len(response.tasks)} tasks, total "
+            f"{response.total_size} (expected {min(PAGE, left)} of {total})"
+        )
     if first_id is not None and response.tasks[0].id != first_id:
-        raise AssertionError(f"ListTasks {name}: page starts at {response.tasks[0].id}, expected {first_id}")
+        raise AssertionError(
+            f"ListTasks {name}: page starts at {response.tasks[0].id}, expected {first_id}"
+        )
 
 
 async def measure_list(targets: dict[int, tuple[ServerProcess, dict]], args) -> dict[int, dict]:
@@ -315,8 +407,12 @@ async def measure_list(targets: dict[int, tuple[ServerProcess, dict]], args) -> 
                     if i >= args.list_warmup:
                         latencies[n].append(elapsed)
             for n, values in latencies.items():
-                out[n][name] = {"p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99),
-                                "mean_ms": statistics.fmean(values) * 1000, "calls": len(values)}
+                out[n][name] = {
+                    "p50_ms": percentile(values, 50),
+                    "p99_ms": percentile(values, 99),
+                    "mean_ms": statistics.fmean(values) * 1000,
+                    "calls": len(values),
+                }
     finally:
         for ch in channels.values():
             await ch.close()
@@ -329,12 +425,16 @@ async def bench_list(args, tmp: pathlib.Path) -> dict:
     for n in (args.small_tasks, args.large_tasks):
         fill = await fill_store(tmp / f"list_{n}.db", n, args.fill_batch)
         fills[n] = fill
-        print(f"  filled {n} tasks in {fill['fill_s']:.1f} s ({fill['tasks_per_s']:.0f} tasks/s)",
-              file=sys.stderr)
+        print(
+            f"  filled {n} tasks in {fill['fill_s']:.1f} s ({fill['tasks_per_s']:.0f} tasks/s)",
+            file=sys.stderr,
+        )
     servers = {}
     try:
         for n in fills:
-            servers[n] = ServerProcess(f"list_{n}", ours_argv(f"sqlite:{tmp / f'list_{n}.db'}"), tmp).start()
+            servers[n] = ServerProcess(
+                f"list_{n}", ours_argv(f"sqlite:{tmp / f'list_{n}.db'}"), tmp
+            ).start()
         t0 = time.perf_counter()
         measured = await measure_list({n: (servers[n], fills[n]) for n in fills}, args)
         print(f"  ListTasks measured in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
@@ -342,93 +442,217 @@ async def bench_list(args, tmp: pathlib.Path) -> dict:
         for server in servers.values():
             server.stop()
     for n, fill in fills.items():
-        sizes[n] = {"fill_s": fill["fill_s"], "fill_tasks_per_s": fill["tasks_per_s"],
-                    "db_bytes": db_bytes(tmp, f"list_{n}.db"),
-                    "queries": measured[n]}
+        sizes[n] = {
+            "fill_s": fill["fill_s"],
+            "fill_tasks_per_s": fill["tasks_per_s"],
+            "db_bytes": db_bytes(tmp, f"list_{n}.db"),
+            "queries": measured[n],
+        }
     small, large = sizes[args.small_tasks], sizes[args.large_tasks]
     rows = []
     for name in large["queries"]:
         s, big = small["queries"][name], large["queries"][name]
-        rows.append({
-            "query": name,
-            "small_p50_ms": s["p50_ms"], "small_p99_ms": s["p99_ms"],
-            "large_p50_ms": big["p50_ms"], "large_p99_ms": big["p99_ms"],
-            "ratio_p50": big["p50_ms"] / s["p50_ms"], "ratio_p99": big["p99_ms"] / s["p99_ms"],
-        })
-    return {"small_tasks": args.small_tasks, "large_tasks": args.large_tasks, "sizes": sizes, "rows": rows}
+        rows.append(
+            {
+                "query": name,
+                "small_p50_ms": s["p50_ms"],
+                "small_p99_ms": s["p99_ms"],
+                "large_p50_ms": big["p50_ms"],
+                "large_p99_ms": big["p99_ms"],
+                "ratio_p50": big["p50_ms"] / s["p50_ms"],
+                "ratio_p99": big["p99_ms"] / s["p99_ms"],
+            }
+        )
+    return {
+        "small_tasks": args.small_tasks,
+        "large_tasks": args.large_tasks,
+        "sizes": sizes,
+        "rows": rows,
+    }
 
 
 # ---------------------------------------------------------------------------- report
 
 
 def fmt(value: float, digits: int = 1) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}"
+    return (
+        "n/a"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:,.{digits}f}"
+    )
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(  # noqa: E731
-        c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        c.ljust(w) if i == 0 else c.rjust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    )
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def report(results: dict, args) -> str:
     out = []
     if "send_message" in results:
-        out.append(f"\nSendMessage over gRPC: {args.concurrency} in flight on one grpc.aio channel, "
-                   + (f"{args.requests} requests" if args.requests else f"{args.duration:g} s")
-                   + f" x {args.rounds} interleaved round(s) after {args.warmup:g} s warm-up each\n"
-                   "(req/s and 'vs bare' = median over rounds, the ratio taken within each round; "
-                   "latencies pooled over rounds; CPU% = CPU time / wall time, 100% = one core)")
-        out.append(table(
-            ["server", "req/s", "p50 ms", "p99 ms", "vs bare", "srv CPU%", "srv CPU ms/req", "client CPU%", "errors"],
-            [[r["server"], fmt(r["rps"], 0), fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2),
-              f"{r['vs_bare'] * 100:.0f}%", fmt(r["server_cpu_pct"], 0), fmt(r["server_cpu_ms_per_req"], 3),
-              fmt(r["client_cpu_pct"], 0), str(r["errors"])] for r in results["send_message"]]))
+        out.append(
+            f"\nSendMessage over gRPC: {args.concurrency} in flight on one grpc.aio channel, "
+            + (f"{args.requests} requests" if args.requests else f"{args.duration:g} s")
+            + f" x {args.rounds} interleaved round(s) after {args.warmup:g} s warm-up each\n"
+            "(req/s and 'vs bare' = median over rounds, the ratio taken within each round; "
+            "latencies pooled over rounds; CPU% = CPU time / wall time, 100% = one core)"
+        )
+        out.append(
+            table(
+                [
+                    "server",
+                    "req/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "vs bare",
+                    "srv CPU%",
+                    "srv CPU ms/req",
+                    "client CPU%",
+                    "errors",
+                ],
+                [
+                    [
+                        r["server"],
+                        fmt(r["rps"], 0),
+                        fmt(r["p50_ms"], 2),
+                        fmt(r["p99_ms"], 2),
+                        f"{r['vs_bare'] * 100:.0f}%",
+                        fmt(r["server_cpu_pct"], 0),
+                        fmt(r["server_cpu_ms_per_req"], 3),
+                        fmt(r["client_cpu_pct"], 0),
+                        str(r["errors"]),
+                    ]
+                    for r in results["send_message"]
+                ],
+            )
+        )
         ours = next(r for r in results["send_message"] if r["key"] == "ours_sqlite")
         sdk = next(r for r in results["send_message"] if r["key"] == "sdk")
-        out.append(f"target: ours (SQLite) >= 50% of bare -> {ours['vs_bare'] * 100:.0f}% "
-                   f"({'met' if ours['vs_bare'] >= 0.5 else 'NOT met'}); "
-                   f"a2a-sdk {sdk['vs_bare'] * 100:.0f}% of bare; ours/a2a-sdk = {ours['rps'] / sdk['rps']:.1f}x"
-                   "\n(the bare ceiling is bounded by this Python client: see its client CPU%)")
+        out.append(
+            f"target: ours (SQLite) >= 50% of bare -> {ours['vs_bare'] * 100:.0f}% "
+            f"({'met' if ours['vs_bare'] >= 0.5 else 'NOT met'}); "
+            f"a2a-sdk {sdk['vs_bare'] * 100:.0f}% of bare; ours/a2a-sdk = {ours['rps'] / sdk['rps']:.1f}x"
+            "\n(the bare ceiling is bounded by this Python client: see its client CPU%)"
+        )
     if "streaming" in results:
-        out.append(f"\nStreaming to one subscriber: SendStreamingMessage, ChunkAgent (one artifact in N "
-                   f"append chunks, yields every {args.stream_yield_every}), >= {args.stream_duration:g} s per row")
-        out.append(table(
-            ["store", "chunks/turn", "events/s", "turn ms", "first event ms", "turns", "srv CPU%"],
-            [[r["store"], str(r["chunks_per_turn"]), fmt(r["events_per_s"], 0), fmt(r["turn_ms"], 1),
-              fmt(r["first_event_ms"], 2), str(r["turns"]), fmt(r["server_cpu_pct"], 0)]
-             for r in results["streaming"]]))
+        out.append(
+            f"\nStreaming to one subscriber: SendStreamingMessage, ChunkAgent (one artifact in N "
+            f"append chunks, yields every {args.stream_yield_every}), >= {args.stream_duration:g} s per row"
+        )
+        out.append(
+            table(
+                [
+                    "store",
+                    "chunks/turn",
+                    "events/s",
+                    "turn ms",
+                    "first event ms",
+                    "turns",
+                    "srv CPU%",
+                ],
+                [
+                    [
+                        r["store"],
+                        str(r["chunks_per_turn"]),
+                        fmt(r["events_per_s"], 0),
+                        fmt(r["turn_ms"], 1),
+                        fmt(r["first_event_ms"], 2),
+                        str(r["turns"]),
+                        fmt(r["server_cpu_pct"], 0),
+                    ]
+                    for r in results["streaming"]
+                ],
+            )
+        )
     if "http" in results:
-        out.append(f"\nSendMessage over HTTP: {args.concurrency} keep-alive connections, one request in flight "
-                   "each, same uvicorn settings everywhere, "
-                   + (f"{args.requests} requests" if args.requests else f"{args.duration:g} s")
-                   + f" x {args.rounds} interleaved round(s)\n(req/s, 'vs bare' and 'vs a2a-sdk' = median "
-                   "over rounds, ratios taken within each round)")
-        out.append(table(
-            ["server", "req/s", "p50 ms", "p99 ms", "vs bare", "vs a2a-sdk", "srv CPU%", "client CPU%", "errors"],
-            [[r["server"], fmt(r["rps"], 0), fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2),
-              f"{r['vs_bare'] * 100:.0f}%", f"{r['vs_sdk']:.1f}x", fmt(r["server_cpu_pct"], 0),
-              fmt(r["client_cpu_pct"], 0), str(r["errors"])] for r in results["http"]]))
+        out.append(
+            f"\nSendMessage over HTTP: {args.concurrency} keep-alive connections, one request in flight "
+            "each, same uvicorn settings everywhere, "
+            + (f"{args.requests} requests" if args.requests else f"{args.duration:g} s")
+            + f" x {args.rounds} interleaved round(s)\n(req/s, 'vs bare' and 'vs a2a-sdk' = median "
+            "over rounds, ratios taken within each round)"
+        )
+        out.append(
+            table(
+                [
+                    "server",
+                    "req/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "vs bare",
+                    "vs a2a-sdk",
+                    "srv CPU%",
+                    "client CPU%",
+                    "errors",
+                ],
+                [
+                    [
+                        r["server"],
+                        fmt(r["rps"], 0),
+                        fmt(r["p50_ms"], 2),
+                        fmt(r["p99_ms"], 2),
+                        f"{r['vs_bare'] * 100:.0f}%",
+                        f"{r['vs_sdk']:.1f}x",
+                        fmt(r["server_cpu_pct"], 0),
+                        fmt(r["client_cpu_pct"], 0),
+                        str(r["errors"]),
+                    ]
+                    for r in results["http"]
+                ],
+            )
+        )
         rows = {r["key"]: r for r in results["http"]}
-        verdicts = [f"{rows[k]['server']}: {rows[k]['vs_sdk']:.1f}x ({'met' if rows[k]['vs_sdk'] >= 3 else 'NOT met'})"
-                    for k in ("http_jsonrpc", "http_rest")]
-        out.append("target: gateway SendMessage >= 3x the a2a-sdk JSON-RPC server -> " + "; ".join(verdicts))
+        verdicts = [
+            f"{rows[k]['server']}: {rows[k]['vs_sdk']:.1f}x ({'met' if rows[k]['vs_sdk'] >= 3 else 'NOT met'})"
+            for k in ("http_jsonrpc", "http_rest")
+        ]
+        out.append(
+            "target: gateway SendMessage >= 3x the a2a-sdk JSON-RPC server -> "
+            + "; ".join(verdicts)
+        )
     if "list_tasks" in results:
         lt = results["list_tasks"]
         small, large = lt["small_tasks"], lt["large_tasks"]
-        out.append(f"\nListTasks (our server, SQLite store, page size {PAGE}, 1 call in flight, "
-                   f"{args.list_calls} calls per query and store, alternating between the two stores;\n"
-                   f"ratio = {large:,} tasks / {small:,} tasks; deep page = pageToken at task {large // 2:,}, "
-                   f"context filter = 1 of {CONTEXTS} contexts)")
-        out.append(table(
-            ["query", f"{small:,} p50", f"{small:,} p99", f"{large:,} p50", f"{large:,} p99",
-             "ratio p50", "ratio p99"],
-            [[r["query"], fmt(r["small_p50_ms"], 2), fmt(r["small_p99_ms"], 2), fmt(r["large_p50_ms"], 2),
-              fmt(r["large_p99_ms"], 2), fmt(r["ratio_p50"], 2), fmt(r["ratio_p99"], 2)] for r in lt["rows"]]))
+        out.append(
+            f"\nListTasks (our server, SQLite store, page size {PAGE}, 1 call in flight, "
+            f"{args.list_calls} calls per query and store, alternating between the two stores;\n"
+            f"ratio = {large:,} tasks / {small:,} tasks; deep page = pageToken at task {large // 2:,}, "
+            f"context filter = 1 of {CONTEXTS} contexts)"
+        )
+        out.append(
+            table(
+                [
+                    "query",
+                    f"{small:,} p50",
+                    f"{small:,} p99",
+                    f"{large:,} p50",
+                    f"{large:,} p99",
+                    "ratio p50",
+                    "ratio p99",
+                ],
+                [
+                    [
+                        r["query"],
+                        fmt(r["small_p50_ms"], 2),
+                        fmt(r["small_p99_ms"], 2),
+                        fmt(r["large_p50_ms"], 2),
+                        fmt(r["large_p99_ms"], 2),
+                        fmt(r["ratio_p50"], 2),
+                        fmt(r["ratio_p99"], 2),
+                    ]
+                    for r in lt["rows"]
+                ],
+            )
+        )
         for n, s in lt["sizes"].items():
-            out.append(f"store of {n:,} tasks: filled in {s['fill_s']:.1f} s "
-                       f"({s['fill_tasks_per_s']:,.0f} tasks/s via store.save), {s['db_bytes'] / 1e6:.1f} MB")
+            out.append(
+                f"store of {n:,} tasks: filled in {s['fill_s']:.1f} s "
+                f"({s['fill_tasks_per_s']:,.0f} tasks/s via store.save), {s['db_bytes'] / 1e6:.1f} MB"
+            )
     if "push" in results:
         out.append(report_push(results["push"]))
     return "\n".join(out)
@@ -438,10 +662,14 @@ def numbers_ok(results: dict) -> list[str]:
     """Names of rows that lack a number or saw errors (the smoke test checks this too)."""
     bad = []
     for r in results.get("send_message", []):
-        if r["errors"] or not all(math.isfinite(r[k]) and r[k] > 0 for k in ("rps", "p50_ms", "p99_ms", "vs_bare")):
+        if r["errors"] or not all(
+            math.isfinite(r[k]) and r[k] > 0 for k in ("rps", "p50_ms", "p99_ms", "vs_bare")
+        ):
             bad.append(f"send_message/{r['key']}: {r.get('first_error') or 'missing numbers'}")
     for r in results.get("http", []):
-        if r["errors"] or not all(math.isfinite(r[k]) and r[k] > 0 for k in ("rps", "p50_ms", "p99_ms", "vs_bare")):
+        if r["errors"] or not all(
+            math.isfinite(r[k]) and r[k] > 0 for k in ("rps", "p50_ms", "p99_ms", "vs_bare")
+        ):
             bad.append(f"http/{r['key']}: {r.get('first_error') or 'missing numbers'}")
     for r in results.get("streaming", []):
         if not (math.isfinite(r["events_per_s"]) and r["events_per_s"] > 0):
@@ -457,30 +685,80 @@ def numbers_ok(results: dict) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="~20 s smoke run (shorter windows, smaller store)")
-    p.add_argument("--only", default="send,stream,list,http,push", help="comma list of: send, stream, list, http, push")
-    p.add_argument("--duration", type=float, help="SendMessage measuring window per server per round, s (default 4)")
-    p.add_argument("--warmup", type=float, help="SendMessage warm-up per server per round, s (default 1)")
-    p.add_argument("--requests", type=int, default=0, help="fixed request count per round instead of --duration")
-    p.add_argument("--rounds", type=int, help="interleaved rounds over the four servers (default 3)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="~20 s smoke run (shorter windows, smaller store)"
+    )
+    p.add_argument(
+        "--only",
+        default="send,stream,list,http,push",
+        help="comma list of: send, stream, list, http, push",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        help="SendMessage measuring window per server per round, s (default 4)",
+    )
+    p.add_argument(
+        "--warmup", type=float, help="SendMessage warm-up per server per round, s (default 1)"
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        help="fixed request count per round instead of --duration",
+    )
+    p.add_argument(
+        "--rounds", type=int, help="interleaved rounds over the four servers (default 3)"
+    )
     p.add_argument("--concurrency", type=int, default=32, help="requests in flight (default 32)")
-    p.add_argument("--stream-chunks", help="comma list of chunks per streamed turn (default 1000,10000)")
-    p.add_argument("--stream-yield-every", type=int, default=1, help="ChunkAgent yields to the loop every K chunks")
-    p.add_argument("--stream-duration", type=float, help="minimum streaming time per row, s (default 3)")
-    p.add_argument("--large-tasks", type=int, help="tasks in the big ListTasks store (default 100000)")
-    p.add_argument("--small-tasks", type=int, help="tasks in the small ListTasks store (default 1000)")
-    p.add_argument("--list-calls", type=int, help="measured ListTasks calls per query (default 200)")
-    p.add_argument("--list-warmup", type=int, default=10, help="unmeasured ListTasks calls per query")
-    p.add_argument("--fill-batch", type=int, default=5000, help="store.save calls gathered at once when filling")
-    p.add_argument("--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results")
+    p.add_argument(
+        "--stream-chunks", help="comma list of chunks per streamed turn (default 1000,10000)"
+    )
+    p.add_argument(
+        "--stream-yield-every",
+        type=int,
+        default=1,
+        help="ChunkAgent yields to the loop every K chunks",
+    )
+    p.add_argument(
+        "--stream-duration", type=float, help="minimum streaming time per row, s (default 3)"
+    )
+    p.add_argument(
+        "--large-tasks", type=int, help="tasks in the big ListTasks store (default 100000)"
+    )
+    p.add_argument(
+        "--small-tasks", type=int, help="tasks in the small ListTasks store (default 1000)"
+    )
+    p.add_argument(
+        "--list-calls", type=int, help="measured ListTasks calls per query (default 200)"
+    )
+    p.add_argument(
+        "--list-warmup", type=int, default=10, help="unmeasured ListTasks calls per query"
+    )
+    p.add_argument(
+        "--fill-batch",
+        type=int,
+        default=5000,
+        help="store.save calls gathered at once when filling",
+    )
+    p.add_argument(
+        "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
+    )
     args = p.parse_args(argv)
     quick = args.quick
-    defaults = dict(duration=2.0 if quick else 4.0, warmup=0.5 if quick else 1.0, rounds=1 if quick else 3,
-                    stream_chunks="500,2000" if quick else "1000,10000",
-                    stream_duration=1.0 if quick else 3.0,
-                    large_tasks=20_000 if quick else 100_000, small_tasks=1000,
-                    list_calls=50 if quick else 200)
+    defaults = dict(
+        duration=2.0 if quick else 4.0,
+        warmup=0.5 if quick else 1.0,
+        rounds=1 if quick else 3,
+        stream_chunks="500,2000" if quick else "1000,10000",
+        stream_duration=1.0 if quick else 3.0,
+        large_tasks=20_000 if quick else 100_000,
+        small_tasks=1000,
+        list_calls=50 if quick else 200,
+    )
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -500,8 +778,11 @@ def db_bytes(tmp: pathlib.Path, name: str) -> int:
 
 def print_server_logs(tmp: pathlib.Path) -> None:
     for log in sorted(tmp.glob("*.log")):
-        print(f"--- {log.name} (tail) ---\n" + "\n".join(
-            log.read_text(errors="replace").splitlines()[-20:]), file=sys.stderr)
+        print(
+            f"--- {log.name} (tail) ---\n"
+            + "\n".join(log.read_text(errors="replace").splitlines()[-20:]),
+            file=sys.stderr,
+        )
 
 
 async def amain(args) -> dict:
@@ -530,21 +811,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load = os.getloadavg()[0]
     if load > 0.5:
-        print(f"note: load average is {load:.2f} before the bench started; other processes compete for "
-              "the CPUs, which lowers the bare ceiling most (it needs client and server at full speed)",
-              file=sys.stderr)
+        print(
+            f"note: load average is {load:.2f} before the bench started; other processes compete for "
+            "the CPUs, which lowers the bare ceiling most (it needs client and server at full speed)",
+            file=sys.stderr,
+        )
     t0 = time.perf_counter()
     results = asyncio.run(amain(args))
     wall = time.perf_counter() - t0
     print(report(results, args))
-    print(f"\n(total bench time {wall:.0f} s on {os.cpu_count()} CPU(s), Python {platform.python_version()}, "
-          f"grpcio {grpc.__version__}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after)")
+    print(
+        f"\n(total bench time {wall:.0f} s on {os.cpu_count()} CPU(s), Python {platform.python_version()}, "
+        f"grpcio {grpc.__version__}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after)"
+    )
     doc = {
-        "meta": {"wall_s": wall, "cpus": os.cpu_count(), "loadavg_before": load,
-                 "loadavg_after": os.getloadavg()[0], "python": platform.python_version(),
-                 "grpcio": grpc.__version__, "platform": platform.platform(),
-                 "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                 "args": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()}},
+        "meta": {
+            "wall_s": wall,
+            "cpus": os.cpu_count(),
+            "loadavg_before": load,
+            "loadavg_after": os.getloadavg()[0],
+            "python": platform.python_version(),
+            "grpcio": grpc.__version__,
+            "platform": platform.platform(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "args": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()},
+        },
         **results,
     }
     path = pathlib.Path(args.json)

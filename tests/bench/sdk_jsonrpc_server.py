@@ -26,10 +26,12 @@ async def main(port: int) -> None:
     server = HttpServer(HOST, port)
     card = agent_card(server.port)
     del card.supported_interfaces[:]
-    card.supported_interfaces.add(url=f"http://{HOST}:{server.port}", protocol_binding="JSONRPC",
-                                  protocol_version="1.0")
-    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(),
-                                    agent_card=card)
+    card.supported_interfaces.add(
+        url=f"http://{HOST}:{server.port}", protocol_binding="JSONRPC", protocol_version="1.0"
+    )
+    handler = DefaultRequestHandler(
+        agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
+    )
     app = Starlette(routes=create_jsonrpc_routes(handler, rpc_url="/"))
     await server.start(app, log_level="warning")
     await announce_and_wait(f"A2A service ready: grpc=0 http={server.port}")

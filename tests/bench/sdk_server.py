@@ -51,8 +51,9 @@ def agent_card(port: int) -> sdk_pb.AgentCard:
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
     )
-    card.supported_interfaces.add(url=f"{HOST}:{port}", protocol_binding="GRPC",
-                                  protocol_version="1.0")
+    card.supported_interfaces.add(
+        url=f"{HOST}:{port}", protocol_binding="GRPC", protocol_version="1.0"
+    )
     card.capabilities.streaming = True
     card.skills.add(id="echo", name="Echo", description="Echoes the text.", tags=["echo"])
     return card
