@@ -33,12 +33,12 @@ test: setup tools  ## run the whole test suite
 # buf cannot resolve the google/api imports (installed googleapis-common-protos,
 # no registry deps), so lint an image compiled by grpcio-tools; see buf.yaml.
 lint: setup tools  ## buf lint the proto, ruff check the Python
-	$(PY) -m service.codegen image build/a2a.binpb
+	$(PY) proto/codegen.py image build/a2a.binpb
 	$(BUF) lint build/a2a.binpb --path a2a.proto
 	$(PY) -m ruff check service gateway tests
 
 gen: setup  ## regenerate the gRPC code under gen/ from proto/
-	$(PY) -m service.codegen gen
+	$(PY) proto/codegen.py
 
 bench: setup  ## run the benchmarks (tests/bench/run.py)
 	$(PY) tests/bench/run.py

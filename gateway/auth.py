@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from gateway.params import FORWARDED_HEADERS, GRPC_METADATA_PREFIX, PRINCIPAL_KEY
 from service.auth import Authenticator
-from service.errors import UnauthenticatedError
+from service.protocol.errors import UnauthenticatedError
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'

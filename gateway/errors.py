@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf import any_pb2, json_format
 
-from service.errors import A2AError, InvalidRequestError, error_details
+from service.protocol.errors import A2AError, InvalidRequestError, error_details
 
 # HTTP-only refusals: the same reason and codes as InvalidRequest (so clients map them
 # to it), with the HTTP status that says what went wrong at the HTTP level.

@@ -26,7 +26,9 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
 from service.api import CallContext
-from service.errors import (
+from service.grpc_binding import status_details
+from service.protocol.admission import Gate
+from service.protocol.errors import (
     BY_REASON,
     A2AError,
     InternalError,
@@ -34,8 +36,6 @@ from service.errors import (
     MethodNotFoundError,
     UnauthenticatedError,
 )
-from service.grpc_servicer import status_details
-from service.lifecycle import Gate
 
 # How long the proxy waits for a stream's first event before it commits to a
 # 200 event stream; errors raised later travel inside the stream.

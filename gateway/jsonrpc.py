@@ -31,7 +31,7 @@ from gateway.invoker import Invoker
 from gateway.params import PRINCIPAL_KEY, call_context
 from gateway.sse import event_stream
 from gateway.transcode import build_request, dumps, dumps_str, parse_json_body, to_json_dict
-from service.errors import (
+from service.protocol.errors import (
     A2AError,
     InvalidParamsError,
     InvalidRequestError,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.api import CallContext
-from service.errors import invalid_field
+from service.protocol.errors import invalid_field
 
 HTTP_DEFAULT_VERSION = "0.3"
 FORWARDED_HEADERS = frozenset({"a2a-version", "a2a-extensions", "authorization", "x-api-key"})

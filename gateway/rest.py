@@ -30,7 +30,7 @@ from gateway.transcode import (
     resolve_path,
     to_json_dict,
 )
-from service.errors import MethodNotFoundError, as_a2a_error
+from service.protocol.errors import MethodNotFoundError, as_a2a_error
 
 
 def build_router(service: ServiceDescriptor) -> Router:

@@ -29,8 +29,8 @@ from gateway.connguard import (
     guarded_protocol,
     quiet_aborted_uploads,
 )
-from service import logflood
-from service.netlimits import HttpLimits, http_limits
+from service.net import logflood
+from service.net.limits import HttpLimits, http_limits
 
 log = logging.getLogger("gateway")
 

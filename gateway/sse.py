@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 
-from service.errors import A2AError, as_a2a_error
+from service.protocol.errors import A2AError, as_a2a_error
 
 Framer = Callable[[Message], str]
 ErrorFramer = Callable[[A2AError], str]

@@ -29,7 +29,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from service.errors import A2AError, InvalidParamsError, JSONParseError, invalid_field
+from service.protocol.errors import A2AError, InvalidParamsError, JSONParseError, invalid_field
 
 # Query parameters that are service parameters, never request fields.
 RESERVED_QUERY = frozenset({"a2a-version"})

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from google.protobuf import json_format, struct_pb2
 
 from gen import a2a_pb2 as pb
-from service.ids import uuid7
+from service.protocol.ids import uuid7
 
 PartsLike = str | pb.Part | Iterable[pb.Part]
 

@@ -19,25 +19,25 @@ from google.protobuf import empty_pb2
 
 from gen import a2a_pb2 as pb
 from service.agent import Caller
-from service.card import CardBuilder
-from service.engine import Engine, shape_task
-from service.errors import (
+from service.cards.card import CardBuilder
+from service.engine.registry import Engine, shape_task
+from service.inputs.policy import InputPolicy
+from service.protocol.admission import Gate
+from service.protocol.errors import (
     ExtensionSupportRequiredError,
     PushNotificationNotSupportedError,
     TaskNotFoundError,
     VersionNotSupportedError,
     invalid_field,
 )
-from service.inputs import InputPolicy
-from service.lifecycle import Gate
-from service.store import Scope
-from service.validation import (
+from service.protocol.validation import (
     check_history_length,
     check_id,
     check_message,
     check_required,
     check_tenant,
 )
+from service.store import Scope
 
 SUPPORTED_VERSIONS = ("1.0",)  # any 1.x is accepted: minor versions are compatible
 VERSION_KEY = "a2a-version"

@@ -11,8 +11,8 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.config import Settings
-from service.server import Service
+from service.app.config import Settings
+from service.app.server import Service
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -10,11 +10,11 @@ import logging
 import httpx
 import pytest
 
-from service import config
-from service.__main__ import build_parser
+from service.app import config
+from service.app.cli import build_parser
+from service.app.config import ConfigError, Settings, validate
 from service.auth.credentials import SecretTable
 from service.auth.settings import authenticator_from, is_loopback, startup_warnings
-from service.config import ConfigError, Settings, validate
 from tests.security_util import API_KEYS, BASIC, TOKENS, all_static_settings, basic_header
 
 SECRET = "s3cret-value-that-must-not-leak"
@@ -44,7 +44,7 @@ async def test_each_scheme_checks_its_own_credential():
         await auth.principal({"authorization": "Bearer nope", "x-api-key": API_KEYS["ci"]})
         == "apikey:ci"
     )
-    from service.errors import UnauthenticatedError
+    from service.protocol.errors import UnauthenticatedError
 
     for metadata in (
         {},

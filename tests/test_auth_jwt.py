@@ -14,7 +14,7 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.config import ConfigError, Settings, validate
+from service.app.config import ConfigError, Settings, validate
 from tests.conftest import user_message
 from tests.grpc_util import expect_error
 from tests.security_util import AUDIENCE, ISSUER, TOKENS, JwksServer, SigningKey

@@ -13,7 +13,7 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.auth.credentials import SecretTable
 from service.auth.schemes import Authenticator, call_metadata
-from service.errors import UnauthenticatedError
+from service.protocol.errors import UnauthenticatedError
 from tests.grpc_util import expect_error
 from tests.security_util import API_KEYS, TOKENS, all_static_settings
 

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
-from service import card_cli
-from service.signing import CardSigner, SigningError, key_from_pem, key_from_secret
+from service.app import card_cli
+from service.cards.signing import CardSigner, SigningError, key_from_pem, key_from_secret
 from tests.conftest import ROOT
 
 SECRET = "s3cret-" + "x" * 40
@@ -132,7 +132,7 @@ def free_port() -> int:
 
 
 def in_process(*argv: str) -> int:
-    from service.__main__ import build_parser
+    from service.app.cli import build_parser
 
     return card_cli.main(build_parser().parse_args(["card", "verify", *argv]))
 

@@ -20,8 +20,8 @@ from google.protobuf import json_format
 from jwt import PyJWK
 
 from gen import a2a_pb2 as pb
-from service import config
-from service.signing import (
+from service.app import config
+from service.cards.signing import (
     CardSigner,
     canonical_payload,
     key_from_pem,
@@ -337,7 +337,7 @@ def test_the_current_key_must_be_private(tmp_path):
 
 
 def test_the_secret_is_not_a_flag_and_not_in_repr():
-    from service.__main__ import build_parser
+    from service.app.cli import build_parser
 
     assert "--card-signing-secret" not in build_parser().format_help()
     assert SECRET not in repr(config.Settings(card_signing_secret=SECRET))

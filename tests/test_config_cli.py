@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from service import config
+from service.app import config
 from tests.process import ROOT
 
 

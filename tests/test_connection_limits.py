@@ -31,8 +31,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.connguard import BUSY_RESPONSE
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service import config, netlimits
-from service.logflood import FloodFilter
+from service.app import config
+from service.net import limits as netlimits
+from service.net.logflood import FloodFilter
 from tests.conftest import user_message
 from tests.process import ROOT, free_port
 from tests.push_util import Receiver, eventually
@@ -272,7 +273,7 @@ def test_the_cap_fits_the_descriptor_limit(monkeypatch):
 
 def test_the_soft_descriptor_limit_is_raised_to_the_hard_one():
     code = (
-        "import resource; from service.netlimits import raise_nofile_limit; "
+        "import resource; from service.net.limits import raise_nofile_limit; "
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 512)); print(*raise_nofile_limit())"
     )
     out = subprocess.run(

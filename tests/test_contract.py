@@ -2,7 +2,7 @@
 
 proto/a2a.proto must compile to exactly the descriptor a2a-sdk 1.3.0 ships, so
 that `gen.a2a_pb2` and `a2a.types.a2a_pb2` can share one process; only
-comments may change. buf runs on an image compiled by `python -m service.codegen
+comments may change. buf runs on an image compiled by `python proto/codegen.py
 image` because the google/api imports come from the installed
 googleapis-common-protos, not from a registry (see buf.yaml).
 """
@@ -10,6 +10,7 @@ googleapis-common-protos, not from a registry (see buf.yaml).
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -19,9 +20,19 @@ import textwrap
 import pytest
 from google.protobuf import descriptor_pb2, text_format
 
-from service import codegen
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+CODEGEN = ROOT / "proto" / "codegen.py"  # build tooling beside the contract, run as a script
+
+
+def _load_codegen():
+    spec = importlib.util.spec_from_file_location("codegen", CODEGEN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+codegen = _load_codegen()
 BUF = ROOT / ".tools" / "node_modules" / ".bin" / "buf"
 PROTO_FILE = "a2a.proto"
 
@@ -121,7 +132,7 @@ def buf() -> pathlib.Path:
 def image(tmp_path_factory) -> pathlib.Path:
     """The contract as `make lint` builds it: imports plus source info."""
     path = tmp_path_factory.mktemp("image") / "a2a.binpb"
-    result = _run([sys.executable, "-m", "service.codegen", "image", path])
+    result = _run([sys.executable, str(CODEGEN), "image", path])
     assert result.returncode == 0, result.stderr
     return path
 
@@ -210,7 +221,7 @@ def _files(directory: pathlib.Path) -> dict[str, bytes]:
 
 def test_committed_gen_is_not_stale(tmp_path):
     out = tmp_path / "gen"
-    result = _run([sys.executable, "-m", "service.codegen", out])
+    result = _run([sys.executable, str(CODEGEN), out])
     assert result.returncode == 0, result.stderr
     fresh, committed = _files(out), _files(ROOT / "gen")
     assert sorted(fresh) == sorted(committed), (

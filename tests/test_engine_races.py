@@ -12,14 +12,14 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from service.api import CallContext
-from service.engine import encode_cursor
-from service.errors import (
+from service.app.server import Service
+from service.engine.registry import encode_cursor
+from service.protocol.errors import (
     InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
     UnsupportedOperationError,
 )
-from service.server import Service
 from service.store import Scope
 from tests.conftest import make_settings, user_message
 

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gen import a2a_pb2 as pb
-from service.grpc_servicer import SERVICE
+from service.grpc_binding import SERVICE
 
 EXAMPLES = int(os.environ.get("A2A_FUZZ_EXAMPLES", "1000"))
 TIMEOUT = 10.0

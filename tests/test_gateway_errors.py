@@ -13,7 +13,7 @@ import pytest
 
 from gateway.app import build_app
 from gen import a2a_pb2 as pb
-from service.errors import TaskNotFoundError
+from service.protocol.errors import TaskNotFoundError
 
 SERVICE = pb.DESCRIPTOR.services_by_name["A2AService"]
 V1 = {"A2A-Version": "1.0"}

@@ -10,7 +10,7 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from service.server import Service
+from service.app.server import Service
 from tests.conftest import make_settings
 
 V1 = {"A2A-Version": "1.0"}

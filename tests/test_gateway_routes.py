@@ -20,7 +20,7 @@ from gateway.routes import Router, route_table, with_post_aliases
 from gateway.transcode import build_request, to_json_dict
 from gen import a2a_pb2 as pb
 from service.api import A2AApi
-from service.errors import A2AError
+from service.protocol.errors import A2AError
 
 SERVICE = pb.DESCRIPTOR.services_by_name["A2AService"]
 

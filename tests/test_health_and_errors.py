@@ -12,8 +12,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi
-from service.grpc_servicer import make_servicer
-from service.server import Service
+from service.app.server import Service
+from service.grpc_binding import make_servicer
 from tests.conftest import make_settings, user_message
 from tests.grpc_util import expect_error
 

@@ -14,8 +14,8 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.errors import InvalidParamsError
-from service.validation import check_tenant
+from service.protocol.errors import InvalidParamsError
+from service.protocol.validation import check_tenant
 from tests.conftest import user_message
 from tests.grpc_util import expect_error
 

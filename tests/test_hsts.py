@@ -12,7 +12,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.hsts import HstsMiddleware
-from service.config import ConfigError, Settings, load, validate
+from service.app.config import ConfigError, Settings, load, validate
 from tests.security_util import bearer_settings, make_pki
 
 STS = "strict-transport-security"

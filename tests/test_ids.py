@@ -3,7 +3,7 @@
 import time
 import uuid
 
-from service.ids import uuid7
+from service.protocol.ids import uuid7
 
 
 def test_uuid7_format_and_order():

@@ -15,8 +15,8 @@ import pytest
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.agent import TurnContext
+from service.inputs.workspace import DIR_REFUSED, FILE_REFUSED, cwd_of
 from service.store import Scope, TaskQuery
-from service.workspace import DIR_REFUSED, FILE_REFUSED, cwd_of
 from tests.conftest import user_message
 from tests.grpc_util import error_details, expect_error
 
@@ -448,7 +448,7 @@ async def test_deeply_nested_json_is_a_parse_error(svc):
 
 
 async def test_bad_input_settings_stop_startup(tmp_path):
-    from service import config
+    from service.app import config
 
     for settings, message in [
         ({"max_request_bytes": 10}, "max_request_bytes"),
@@ -506,7 +506,7 @@ async def test_the_service_state_and_secret_files_are_out_of_reach(start_service
 
 
 def test_key_file_entries_with_and_without_a_kid():
-    from service.signing import split_key_entry
+    from service.cards.signing import split_key_entry
 
     assert split_key_entry("2026-06=/etc/a2a/card.pem") == ("2026-06", "/etc/a2a/card.pem")
     assert split_key_entry("/etc/a=b/card.pem") == ("", "/etc/a=b/card.pem")

@@ -204,7 +204,7 @@ async def test_anonymous_callers_share_nothing_with_authenticated_ones(start_ser
     """With authentication off every caller is the anonymous principal; tasks created then are
     not visible to a named principal later (and the reverse)."""
     from service.api import CallContext
-    from service.errors import TaskNotFoundError
+    from service.protocol.errors import TaskNotFoundError
 
     service = await start_service(store="memory:", agent="tests.agents:ScriptedAgent")
     api = service.api

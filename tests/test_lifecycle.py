@@ -23,7 +23,7 @@ from grpc_status import rpc_status
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.engine import SHUTDOWN_MESSAGE
+from service.engine.registry import SHUTDOWN_MESSAGE
 from tests.conftest import user_message
 from tests.process import ROOT, ServerProcess, free_port
 from tests.push_util import Receiver, eventually
@@ -570,7 +570,7 @@ async def test_reflection_is_served_as_v1_and_v1alpha(start_service):
 
 
 async def test_a_draining_proxy_ends_relayed_streams_recognisably(start_service, tmp_path):
-    from service.server import Service
+    from service.app.server import Service
     from tests.conftest import make_settings
 
     upstream = await start_service(store="memory:", agent="tests.agents:ScriptedAgent")

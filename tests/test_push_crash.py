@@ -12,8 +12,8 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.config import Settings
-from service.server import Service
+from service.app.config import Settings
+from service.app.server import Service
 from tests.conftest import make_settings, user_message
 from tests.process import ServerProcess
 from tests.push_util import Receiver, delete_prefix, eventually, redis_or_skip, unique_prefix

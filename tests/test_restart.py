@@ -8,7 +8,7 @@ import grpc
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.engine import RESTART_MESSAGE
+from service.engine.registry import RESTART_MESSAGE
 from tests.conftest import user_message
 from tests.process import ServerProcess
 

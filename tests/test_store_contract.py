@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gen import a2a_pb2 as pb
+from service.protocol.timeutil import micros_to_timestamp, status_micros
 from service.store import open_store
 from service.store.base import Scope, StoredEvent, TaskQuery
 from service.store.memory import MemoryTaskStore
@@ -30,7 +31,6 @@ from service.store.sqlite import (
     count_query,
     page_query,
 )
-from service.timeutil import micros_to_timestamp, status_micros
 from tests.conftest import missing_part
 
 REPO = Path(__file__).resolve().parents[1]
@@ -454,7 +454,7 @@ CHILD = textwrap.dedent(
     from gen import a2a_pb2 as pb
     from service.store.base import Scope, StoredEvent
     from service.store.sqlite import SqliteTaskStore
-    from service.timeutil import micros_to_timestamp
+    from service.protocol.timeutil import micros_to_timestamp
 
     async def main(path, n):
         store = SqliteTaskStore(path)

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.config import ConfigError, Settings, validate
+from service.app.config import ConfigError, Settings, validate
 from tests.conftest import user_message
 from tests.security_util import BINDINGS, TOKENS, bearer_settings, make_pki, sdk_clients
 

@@ -21,7 +21,7 @@ import signal
 from collections.abc import Sequence
 
 from service.agent import TurnContext
-from service.workspace import cwd_of
+from service.inputs.workspace import cwd_of
 
 CHUNK_BYTES = 64 * 1024
 FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from gen import a2a_pb2 as pb
 from service.auth.credentials import SecretTable
 from service.auth.jwt_bearer import JwtVerifier
-from service.errors import UnauthenticatedError
+from service.protocol.errors import UnauthenticatedError
 
 log = logging.getLogger("service.auth")
 

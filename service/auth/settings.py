@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from service.app.config import ConfigError, Settings
 from service.auth.credentials import (
     MIN_PASSWORD_CHARS,
     MIN_TOKEN_CHARS,
@@ -29,7 +30,6 @@ from service.auth.jwt_bearer import (
 )
 from service.auth.schemes import Authenticator
 from service.auth.tls import TlsFiles, tls_files
-from service.config import ConfigError, Settings
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _RESERVED_HEADERS = frozenset(

@@ -24,8 +24,8 @@ import time
 from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
+from service.protocol.states import TERMINAL
 from service.push.queue_base import CursorKey, CursorMove, Job, PushQueue, TaskKey
-from service.states import TERMINAL
 from service.store import Scope, StoredEvent, TaskStore
 
 log = logging.getLogger("service.push")

@@ -12,13 +12,13 @@ import pathlib
 from typing import Any
 
 from gen import a2a_pb2 as pb
+from service.protocol.states import TERMINAL
 from service.push.crypto import SealedConfigStore, SecretBox, load_keys
 from service.push.delivery import DeliveryWorker, RetryPolicy
 from service.push.dispatcher import Dispatcher
 from service.push.queue_base import PushQueue
 from service.push.ssrf import CallbackPolicy, CallbackUnresolvable
 from service.push.transport import CallbackClient
-from service.states import TERMINAL
 from service.store import Scope, StoredEvent, TaskStore
 
 log = logging.getLogger("service.push")

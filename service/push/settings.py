@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from service.config import ConfigError
+from service.app.config import ConfigError
 from service.push.crypto import check_key
 
 QUEUES = ("local-file", "redis-streams")

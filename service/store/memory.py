@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from gen import a2a_pb2 as pb
+from service.protocol.timeutil import status_micros
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
-from service.timeutil import status_micros
 
 _UNSETTLED = (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
 

@@ -59,9 +59,9 @@ from pathlib import Path
 from typing import Any
 
 from gen import a2a_pb2 as pb
+from service.protocol.timeutil import status_micros
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
 from service.store.pacing import CommitPacer
-from service.timeutil import status_micros
 
 log = logging.getLogger(__name__)
 

@@ -338,7 +338,7 @@ async def fill_store(path: pathlib.Path, n: int, batch: int) -> dict:
 
 def list_queries(fill: dict) -> dict:
     """name: (request, id of the first task expected, total_size expected, rows from the page on)."""
-    from service.engine import encode_cursor  # the token format is the server's own
+    from service.engine.registry import encode_cursor  # the token format is the server's own
     from service.store import Scope
 
     keys = fill["keys"]

@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from service import config
+from service.app import config
 
 HELP = "list or replay push notifications that could not be delivered (the dead-letter store)"
 

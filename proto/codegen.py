@@ -10,9 +10,9 @@ protobuf runtime refuses a second `a2a.proto` that differs by a single byte):
    googleapis (the installed copy may lack that option, which changes the bytes
    of every REQUIRED field's options).
 
-Run: python -m service.codegen [OUT_DIR]   (default: gen)
+Run: python proto/codegen.py [OUT_DIR]   (default: gen)
 
-`python -m service.codegen image PATH` instead writes the same descriptor set,
+`python proto/codegen.py image PATH` instead writes the same descriptor set,
 plus source info (comments, locations), to PATH as a binary image for
 `buf lint` / `buf breaking` (see buf.yaml and `make lint`): buf cannot resolve
 the google/api imports itself, since they come from the installed
@@ -103,4 +103,4 @@ if __name__ == "__main__":
     elif len(sys.argv) <= 2:
         generate(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "gen")
     else:
-        raise SystemExit("usage: python -m service.codegen [OUT_DIR] | image PATH")
+        raise SystemExit("usage: python proto/codegen.py [OUT_DIR] | image PATH")

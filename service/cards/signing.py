@@ -527,7 +527,7 @@ def signer_from_settings(s: Any, http_base: str = "") -> CardSigner | None:
 
 def validate_signing(s: Any) -> None:
     """Startup checks of the card_signing_* / card_jwks_path settings (ConfigError on failure)."""
-    from service.config import ConfigError  # this module is imported by service.config's users
+    from service.app.config import ConfigError  # this module is imported by service.config's users
 
     path = s.card_jwks_path
     if path and (

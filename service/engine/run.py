@@ -16,11 +16,11 @@ from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.agent import metadata_struct
-from service.bus import InProcessBus
-from service.errors import InternalError, InvalidAgentResponseError
-from service.states import SETTLED, TERMINAL, state_name
+from service.engine.bus import InProcessBus
+from service.protocol.errors import InternalError, InvalidAgentResponseError
+from service.protocol.states import SETTLED, TERMINAL, state_name
+from service.protocol.timeutil import micros_to_timestamp, now_micros
 from service.store import Scope, StoredEvent, TaskStore
-from service.timeutil import micros_to_timestamp, now_micros
 
 log = logging.getLogger("service.run")
 

@@ -38,9 +38,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gen import a2a_pb2 as pb
-from service.errors import ContentTypeNotSupportedError, invalid_field
+from service.inputs.workspace import (
+    FILE_REFUSED,
+    StoreContextLookup,
+    Workspaces,
+    refusal,
+    set_message_cwd,
+)
+from service.protocol.errors import ContentTypeNotSupportedError, invalid_field
 from service.store import Scope
-from service.workspace import FILE_REFUSED, StoreContextLookup, Workspaces, refusal, set_message_cwd
 
 MiB = 1024 * 1024
 DEFAULT_MAX_PARTS = 100
@@ -338,7 +344,7 @@ def denied_paths(s: Any) -> list[str]:
     """What messages may never point at: the data directory (task database, push queue and
     keys, command workspaces) and every file a `*_file` / `*_files` setting names (keys,
     secrets, certificates)."""
-    from service.signing import split_key_entry
+    from service.cards.signing import split_key_entry
 
     paths = [s.data_dir]
     for name, value in vars(s).items():
@@ -351,7 +357,7 @@ def denied_paths(s: Any) -> list[str]:
 
 def validate_inputs(s: Any) -> None:
     """Startup checks of max_request_bytes, input_* and workspace_roots (ConfigError on failure)."""
-    from service.config import ConfigError  # imports this module's users
+    from service.app.config import ConfigError  # imports this module's users
 
     if not 64 * 1024 <= s.max_request_bytes <= 2**31 - 1:
         raise ConfigError(

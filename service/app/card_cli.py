@@ -45,7 +45,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from service.signing import (
+from service.cards.signing import (
     ASYMMETRIC_ALGS,
     DEFAULT_JWKS_PATH,
     SigningError,

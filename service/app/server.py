@@ -38,20 +38,19 @@ from gateway.server import HttpServer
 from gen import a2a_pb2 as pb
 from service.agent import load_agent
 from service.api import A2AApi
+from service.app.config import ConfigError, Settings
+from service.app.ownership import LOCK_FILE, InUseError, Ownership
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
-from service.card import CardBuilder, interface
-from service.config import ConfigError, Settings
-from service.engine import Engine
-from service.errors import UnavailableError
-from service.grpc_handlers import add_servicer
-from service.grpc_servicer import SERVICE, CallLimit, make_servicer
-from service.inputs import policy_from_settings
-from service.lifecycle import Gate
-from service.netlimits import grpc_server_options, raise_nofile_limit
-from service.ownership import LOCK_FILE, InUseError, Ownership
+from service.cards.card import CardBuilder, interface
+from service.cards.signing import CardSigner, SignedCards, signer_from_settings
+from service.engine.registry import Engine
+from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
+from service.inputs.policy import policy_from_settings
+from service.net.limits import grpc_server_options, raise_nofile_limit
+from service.protocol.admission import Gate
+from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
-from service.signing import CardSigner, SignedCards, signer_from_settings
 from service.store import TaskStore, open_store
 
 log = logging.getLogger("service")

@@ -15,7 +15,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message as ProtoMessage
 
 from gen import a2a_pb2 as pb
-from service.errors import invalid_field
+from service.protocol.errors import invalid_field
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 ID_RULE = "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'"

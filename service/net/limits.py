@@ -123,7 +123,7 @@ def http_limits(s: Any) -> HttpLimits:
 
 def validate_netlimits(s: Any) -> None:
     """Startup checks of the connection settings (ConfigError on failure)."""
-    from service.config import ConfigError
+    from service.app.config import ConfigError
 
     if s.max_connections < 1:
         raise ConfigError(f"max_connections: must be at least 1 (got {s.max_connections})")

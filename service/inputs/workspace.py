@@ -32,8 +32,8 @@ from typing import Any, Protocol
 from google.protobuf import struct_pb2
 
 from gen import a2a_pb2 as pb
-from service.errors import A2AError, invalid_field
-from service.ids import uuid7
+from service.protocol.errors import A2AError, invalid_field
+from service.protocol.ids import uuid7
 from service.store import Scope, TaskQuery
 
 NAMESPACE = "a2a_service"  # this service's key in message metadata

@@ -290,8 +290,8 @@ def validate(s: Settings) -> None:
     from service.push.settings import validate_push  # imports this module
 
     validate_push(s)
-    from service.inputs import validate_inputs
-    from service.signing import validate_signing
+    from service.cards.signing import validate_signing
+    from service.inputs.policy import validate_inputs
 
     validate_inputs(s)
     validate_signing(s)
@@ -303,6 +303,6 @@ def validate(s: Settings) -> None:
             "tls_hsts_max_age_seconds: must not be negative (seconds browsers keep to https; "
             "0 sends no Strict-Transport-Security header)"
         )
-    from service.netlimits import validate_netlimits
+    from service.net.limits import validate_netlimits
 
     validate_netlimits(s)

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
-from service.bus import InProcessBus, Subscription
-from service.errors import (
+from service.engine.bus import InProcessBus, Subscription
+from service.engine.run import TaskRun
+from service.engine.stream import EventStream
+from service.protocol.errors import (
     InternalError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -27,12 +29,10 @@ from service.errors import (
     internal_error,
     invalid_field,
 )
-from service.ids import uuid7
-from service.run import TaskRun
-from service.states import INTERRUPTED, TERMINAL, is_settling, state_name
+from service.protocol.ids import uuid7
+from service.protocol.states import INTERRUPTED, TERMINAL, is_settling, state_name
+from service.protocol.timeutil import timestamp_micros
 from service.store import Scope, StoredEvent, TaskQuery, TaskStore
-from service.stream import EventStream
-from service.timeutil import timestamp_micros
 
 log = logging.getLogger("service.engine")
 

@@ -10,7 +10,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
-from service.errors import ExtendedAgentCardNotConfiguredError, UnsupportedOperationError
+from service.protocol.errors import ExtendedAgentCardNotConfiguredError, UnsupportedOperationError
 
 PROTOCOL_VERSION = "1.0"
 

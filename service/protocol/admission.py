@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.errors import UnavailableError
+from service.protocol.errors import UnavailableError
 
 REFUSED_MESSAGE = "The server is shutting down and takes no new calls; retry on another replica or after it restarts."
 RETRY_AFTER_SECONDS = 1.0

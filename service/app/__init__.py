@@ -1,0 +1,1 @@
+"""The composition root and the command-line entry points: the only layer that knows every part."""

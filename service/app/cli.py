@@ -1,0 +1,122 @@
+"""The command line: `python -m service serve | push-dead | card`. `--help` explains every flag."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from service.app import card_cli, config, push_cli
+from service.net import logflood
+
+DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
+Every flag can also be set as an environment variable (A2A_ + the flag name in upper
+case with underscores, e.g. A2A_GRPC_PORT) or as a key in a TOML file given with --config.
+Flags win over the environment, which wins over the file."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m service",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command_name", required=True)
+    serve = sub.add_parser(
+        "serve",
+        help="run the service",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "--config", metavar="FILE", help="TOML file with settings (keys as below, with underscores)"
+    )
+    serve.add_argument(
+        "--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all interfaces)"
+    )
+    serve.add_argument(
+        "--grpc-port", type=int, help="gRPC port (default 50051; 0 picks a free port)"
+    )
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="HTTP gateway port for JSON-RPC, REST and the agent card (default 8080; 0 picks a free port; -1 disables it)",
+    )
+    serve.add_argument(
+        "--data-dir",
+        help="directory for the task database and workspaces (default ./data, created on first run)",
+    )
+    serve.add_argument(
+        "--store",
+        help="task store URL: sqlite:PATH (default sqlite:DATA_DIR/tasks.db) or memory: (not durable)",
+    )
+    serve.add_argument(
+        "--agent",
+        help="agent to run: echo (default), command, or an import path package.module:attr",
+    )
+    serve.add_argument(
+        "--command", help='program for the command agent, shell-quoted, e.g. "wc -w"'
+    )
+    serve.add_argument(
+        "--public-url", help="base URL of the HTTP gateway as clients reach it (for the agent card)"
+    )
+    serve.add_argument(
+        "--grpc-public-address",
+        help="host:port of the gRPC endpoint as clients reach it (for the agent card)",
+    )
+    serve.add_argument(
+        "--upstream",
+        metavar="HOST:PORT",
+        help="proxy mode: run only the HTTP gateway, forwarding every call to this A2A gRPC server",
+    )
+    serve.add_argument(
+        "--card-max-age",
+        type=int,
+        help="seconds clients and caches may reuse the agent card (Cache-Control max-age; default 60)",
+    )
+    serve.add_argument(
+        "--sse-keepalive-seconds",
+        type=float,
+        help="seconds between keep-alive comments on idle SSE streams (default 15)",
+    )
+    serve.add_argument(
+        "--name", help="agent name shown in the agent card (default: the agent's own)"
+    )
+    serve.add_argument(
+        "--push-notifications",
+        choices=("true", "false"),
+        help="enable push notification configs (default false)",
+    )
+    serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    push_cli.add_parser(sub)
+    card_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command_name == "push-dead":
+        return push_cli.main(args)
+    if args.command_name == "card":
+        return card_cli.main(args)
+    flags = {k: v for k, v in vars(args).items() if k not in ("command_name", "config")}
+    try:
+        settings = config.load(args.config, flags=flags)
+    except config.ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
+    from service.app.server import StartupError, serve
+
+    try:
+        asyncio.run(serve(settings))
+    except (StartupError, config.ConfigError) as exc:
+        # One line naming the setting; the traceback only for someone debugging.
+        logging.getLogger("service").debug("startup failed", exc_info=True)
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,1 @@
+"""Agent cards and their signatures."""

@@ -1,0 +1,1 @@
+"""Connection limits and log flood control for the listeners."""
