@@ -38,7 +38,7 @@ from gateway.server import HttpServer
 from gen import a2a_pb2 as pb
 from service.agent import load_agent
 from service.api import A2AApi
-from service.app.config import ConfigError, Settings
+from service.app.config import ConfigError, Settings, secret_files
 from service.app.ownership import LOCK_FILE, InUseError, Ownership
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
@@ -47,6 +47,7 @@ from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.registry import Engine
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
+from service.inputs.workspace import StoreContextLookup
 from service.net.limits import grpc_server_options, raise_nofile_limit
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
@@ -143,10 +144,11 @@ class Service:
         raise_nofile_limit()  # descriptors for the connection caps and the reserve
         try:
             self._claim_data()  # before anything in the data directory is opened
-            self.auth = authenticator_from(
-                s
-            )  # ConfigError for unusable credentials, before any listener
-            self.tls = tls_from(s)
+            try:  # unusable credentials or TLS files: before any listener
+                self.auth = authenticator_from(s)
+                self.tls = tls_from(s)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
             for warning in startup_warnings(s, self.auth, self.tls):
                 log.warning("%s", warning)
             with _setting("agent"):
@@ -306,7 +308,12 @@ class Service:
             push_notifications=s.push_notifications,
             required_extensions=tuple(s.required_extensions),
             push=self.push,
-            inputs=policy_from_settings(s, self.cards.public_card(), self.engine),
+            inputs=policy_from_settings(
+                s,
+                self.cards.public_card(),
+                StoreContextLookup(self.engine),
+                denied=[s.data_dir, *secret_files(s)],
+            ),
             gate=self.gate,
         )
         add_servicer(

@@ -1,7 +1,8 @@
-"""From the `auth_*` and `tls_*` settings to an `Authenticator` and `TlsFiles`.
+"""The `auth_*` and `tls_*` settings: their section, and from it an `Authenticator` and `TlsFiles`.
 
 `validate_security` runs with the rest of the config validation, so a bad entry
-stops startup with a message naming the key (never the secret). The composition
+stops startup with a message naming the key (never the secret); failures are
+ValueError, which the configuration reports as a ConfigError. The composition
 root calls `authenticator_from` and `tls_from` to build what it wires in, and
 `startup_warnings` for what an operator should hear about at startup.
 """
@@ -9,8 +10,9 @@ root calls `authenticator_from` and `tls_from` to build what it wires in, and
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from service.app.config import ConfigError, Settings
 from service.auth.credentials import (
     MIN_PASSWORD_CHARS,
     MIN_TOKEN_CHARS,
@@ -51,7 +53,63 @@ _RESERVED_HEADERS = frozenset(
 MAX_LEEWAY_SECONDS = 600.0
 
 
-def _api_key_header(s: Settings) -> str:
+@dataclass
+class SecuritySettings:
+    """Who may call (bearer tokens, Basic users, API keys, JWTs) and TLS (README "Security"). Secrets come from the config file, the environment or a *_file; there are no flags for them."""
+
+    auth_bearer_tokens: list[str] = field(default_factory=list, repr=False)  # NAME=TOKEN entries
+    auth_bearer_tokens_file: str = ""  # one NAME=TOKEN per line
+    auth_basic_users: list[str] = field(default_factory=list, repr=False)  # USER:PASSWORD entries
+    auth_basic_users_file: str = ""  # one USER:PASSWORD per line
+    auth_api_keys: list[str] = field(default_factory=list, repr=False)  # NAME=KEY entries
+    auth_api_keys_file: str = ""  # one NAME=KEY per line
+    auth_api_key_header: str = "X-API-Key"
+    auth_jwt_jwks_url: str = ""  # JWKS URL (https, or http on loopback)
+    auth_jwt_jwks_file: str = ""  # or a local JWKS file
+    auth_jwt_oidc_url: str = (
+        ""  # OpenID Connect discovery URL: advertised; its jwks_uri is the default JWKS
+    )
+    auth_jwt_issuer: str = ""
+    auth_jwt_audience: list[str] = field(default_factory=list)
+    auth_jwt_algorithms: list[str] = field(
+        default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"]
+    )
+    auth_jwt_leeway_seconds: float = 30.0
+    auth_jwt_jwks_cache_seconds: float = 300.0
+    tls_cert_file: str = ""  # PEM certificate chain: TLS on the gRPC and HTTP listeners
+    tls_key_file: str = ""  # its PEM private key (unencrypted)
+    tls_client_ca_file: str = (
+        ""  # PEM CA(s): client certificates signed by them are required (mTLS)
+    )
+    tls_hsts_max_age_seconds: int = (
+        31_536_000  # with TLS: Strict-Transport-Security max-age on HTTP (0 = none)
+    )
+
+
+SECRET_FILE_KEYS = (
+    "auth_bearer_tokens_file",
+    "auth_basic_users_file",
+    "auth_api_keys_file",
+    "auth_jwt_jwks_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_client_ca_file",
+)
+
+
+def secret_files(s: SecuritySettings) -> list[str]:
+    """Files of this section that hold secrets or keys (no message may point at them)."""
+    return [path for path in (getattr(s, key) for key in SECRET_FILE_KEYS) if path]
+
+
+class Exposure(Protocol):
+    """What the startup warnings weigh besides the section: where it listens, what it offers."""
+
+    host: str
+    extended_card: bool
+
+
+def _api_key_header(s: SecuritySettings) -> str:
     name = s.auth_api_key_header.strip()
     lower = name.lower()
     if (
@@ -60,48 +118,48 @@ def _api_key_header(s: Settings) -> str:
         or lower.startswith("grpc-")
         or lower.endswith("-bin")
     ):
-        raise ConfigError(
+        raise ValueError(
             f"auth_api_key_header: {name!r} cannot carry an API key; use a header name of letters, digits "
             "and '-' that is not a standard or gRPC header (e.g. X-API-Key)"
         )
     return name
 
 
-def _jwt(s: Settings) -> JwtVerifier | None:
+def _jwt(s: SecuritySettings) -> JwtVerifier | None:
     if not (s.auth_jwt_jwks_url or s.auth_jwt_jwks_file or s.auth_jwt_oidc_url):
         return None
     if s.auth_jwt_jwks_url and s.auth_jwt_jwks_file:
-        raise ConfigError("auth_jwt_jwks_url / auth_jwt_jwks_file: set one of them, not both")
+        raise ValueError("auth_jwt_jwks_url / auth_jwt_jwks_file: set one of them, not both")
     for key in ("auth_jwt_jwks_url", "auth_jwt_oidc_url"):
         url = getattr(s, key)
         problem = check_fetch_url(url, key) if url else None
         if problem:
-            raise ConfigError(problem)
+            raise ValueError(problem)
     if not s.auth_jwt_issuer:
-        raise ConfigError(
+        raise ValueError(
             "auth_jwt_issuer: JWT authentication needs the expected issuer (the tokens' iss)"
         )
     if not s.auth_jwt_audience:
-        raise ConfigError(
+        raise ValueError(
             "auth_jwt_audience: JWT authentication needs the expected audience (the tokens' aud)"
         )
     bad = [a for a in s.auth_jwt_algorithms if a not in SUPPORTED_ALGORITHMS]
     if bad or not s.auth_jwt_algorithms:
-        raise ConfigError(
+        raise ValueError(
             f"auth_jwt_algorithms: {', '.join(bad) or 'empty'} not allowed; choose from "
             f"{', '.join(SUPPORTED_ALGORITHMS)} (asymmetric only: a JWKS publishes public keys)"
         )
     if not 0 <= s.auth_jwt_leeway_seconds <= MAX_LEEWAY_SECONDS:
-        raise ConfigError(f"auth_jwt_leeway_seconds: must be between 0 and {MAX_LEEWAY_SECONDS:g}")
+        raise ValueError(f"auth_jwt_leeway_seconds: must be between 0 and {MAX_LEEWAY_SECONDS:g}")
     if s.auth_jwt_jwks_cache_seconds <= 0:
-        raise ConfigError(
+        raise ValueError(
             "auth_jwt_jwks_cache_seconds: must be positive (seconds a fetched key set is reused)"
         )
     if s.auth_jwt_jwks_file:
         try:
             signing_keys(read_json(s.auth_jwt_jwks_file), s.auth_jwt_jwks_file)
         except JwksError as exc:
-            raise ConfigError(f"auth_jwt_jwks_file: {exc}") from None
+            raise ValueError(f"auth_jwt_jwks_file: {exc}") from None
     keys = KeySet(
         file=s.auth_jwt_jwks_file,
         url=s.auth_jwt_jwks_url,
@@ -117,7 +175,7 @@ def _jwt(s: Settings) -> JwtVerifier | None:
     )
 
 
-def authenticator_from(s: Settings) -> Authenticator | None:
+def authenticator_from(s: SecuritySettings) -> Authenticator | None:
     """The configured authenticator, or None when authentication is off (nothing configured)."""
     try:
         bearer = load_pairs(
@@ -146,7 +204,7 @@ def authenticator_from(s: Settings) -> Authenticator | None:
             min_chars=MIN_TOKEN_CHARS,
         )
     except CredentialError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ValueError(str(exc)) from None
     auth = Authenticator(
         bearer_tokens=SecretTable.of(bearer),
         basic_users=SecretTable.of([(user, f"{user}:{password}") for user, password in basic]),
@@ -159,13 +217,13 @@ def authenticator_from(s: Settings) -> Authenticator | None:
     return auth if auth.enabled else None
 
 
-def tls_from(s: Settings) -> TlsFiles | None:
+def tls_from(s: SecuritySettings) -> TlsFiles | None:
     try:
         tls = tls_files(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file)
         if tls is not None:
             tls.check()
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ValueError(str(exc)) from None
     return tls
 
 
@@ -176,12 +234,17 @@ def advertised(auth: Authenticator | None, tls: TlsFiles | None) -> Authenticato
     return auth
 
 
-def validate_security(s: Settings) -> None:
+def validate_security(s: SecuritySettings) -> None:
     authenticator_from(s)
     tls_from(s)
+    if s.tls_hsts_max_age_seconds < 0:
+        raise ValueError(
+            "tls_hsts_max_age_seconds: must not be negative (seconds browsers keep to https; "
+            "0 sends no Strict-Transport-Security header)"
+        )
 
 
-def startup_warnings(s: Settings, auth: Authenticator | None, tls: TlsFiles | None) -> list[str]:
+def startup_warnings(s: Exposure, auth: Authenticator | None, tls: TlsFiles | None) -> list[str]:
     if is_loopback(s.host):
         return []
     where = f"{s.host or 'all interfaces'}"

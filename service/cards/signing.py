@@ -467,7 +467,27 @@ def split_key_entry(entry: str) -> tuple[str, str]:
     return kid.strip(), path.strip()
 
 
-def load_keys(s: Any) -> tuple[list[SigningKey], SigningKey | None]:
+@dataclass
+class SigningSettings:
+    """Agent card signing keys and where their public half is served (README "Agent card signing")."""
+
+    card_signing_key_files: list[str] = field(
+        default_factory=list
+    )  # [KID=]PEM file; the first signs
+    card_signing_secret: str = field(default="", repr=False)  # HS256 secret (file or env only)
+    card_signing_secret_file: str = ""  # or a file holding it
+    card_signing_secret_kid: str = ""  # default "hs256"
+    card_signing_jku: str = ""  # jku header: "" = the served JWKS URL, "none", or a URL
+    card_jwks_path: str = "/.well-known/jwks.json"  # where the public keys are served ("" = not)
+
+
+def secret_files(s: SigningSettings) -> list[str]:
+    """Files of this section that hold keys or secrets (no message may point at them)."""
+    paths = [split_key_entry(entry)[1] for entry in s.card_signing_key_files]
+    return paths + ([s.card_signing_secret_file] if s.card_signing_secret_file else [])
+
+
+def load_keys(s: SigningSettings) -> tuple[list[SigningKey], SigningKey | None]:
     """(PEM keys, current first; the HS256 key or None) from the card_signing_* settings."""
     keys: list[SigningKey] = []
     for i, entry in enumerate(s.card_signing_key_files):
@@ -503,11 +523,11 @@ def load_keys(s: Any) -> tuple[list[SigningKey], SigningKey | None]:
     return keys, secret_key
 
 
-def signing_enabled(s: Any) -> bool:
+def signing_enabled(s: SigningSettings) -> bool:
     return bool(s.card_signing_key_files or s.card_signing_secret or s.card_signing_secret_file)
 
 
-def signer_from_settings(s: Any, http_base: str = "") -> CardSigner | None:
+def signer_from_settings(s: SigningSettings, http_base: str = "") -> CardSigner | None:
     """The configured signer (None when signing is off). `http_base` is the gateway's base URL
     for the automatic `jku` (the served JWKS)."""
     if not signing_enabled(s):
@@ -525,27 +545,25 @@ def signer_from_settings(s: Any, http_base: str = "") -> CardSigner | None:
     return CardSigner(keys, secret_key=secret_key, jku=jku)
 
 
-def validate_signing(s: Any) -> None:
-    """Startup checks of the card_signing_* / card_jwks_path settings (ConfigError on failure)."""
-    from service.app.config import ConfigError  # this module is imported by service.config's users
-
+def validate_signing(s: SigningSettings) -> None:
+    """Startup checks of the card_signing_* / card_jwks_path settings (ValueError naming the key)."""
     path = s.card_jwks_path
     if path and (
         not path.startswith("/")
         or path in ("/", "/health", "/.well-known/agent-card.json")
         or any(c in path for c in "{}?# ")
     ):
-        raise ConfigError(
+        raise ValueError(
             f"card_jwks_path: {path!r} must be a free absolute path like {DEFAULT_JWKS_PATH} "
             "(or empty to not serve the keys)"
         )
     jku = s.card_signing_jku
     if jku and jku != "none" and not jku.startswith(("https://", "http://")):
-        raise ConfigError(
+        raise ValueError(
             f"card_signing_jku: expected an http(s) URL, 'none', or empty for automatic, got {jku!r}"
         )
     if signing_enabled(s):
         try:
             load_keys(s)
         except SigningError as exc:
-            raise ConfigError(str(exc)) from None
+            raise ValueError(str(exc)) from None

@@ -435,6 +435,11 @@ class Engine:
             raise TaskNotFoundError(f"Task {task_id} not found.")
         return task
 
+    async def latest_in_context(self, scope: Scope, context_id: str) -> pb.Task | None:
+        """The context's task with the latest status (committed), or None."""
+        page = await self.store.list(scope, TaskQuery(context_id=context_id, page_size=1))
+        return page.tasks[0] if page.tasks else None
+
     async def list(self, scope: Scope, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
         page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
         if not 1 <= page_size <= MAX_PAGE_SIZE:

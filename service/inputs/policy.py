@@ -35,12 +35,11 @@ import re
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.inputs.workspace import (
     FILE_REFUSED,
-    StoreContextLookup,
+    ContextLookup,
     Workspaces,
     refusal,
     set_message_cwd,
@@ -317,14 +316,28 @@ class InputPolicy:
 # ----------------------------------------------------------------------------- settings
 
 
-def roots_from_settings(s: Any) -> list[str]:
-    """The configured roots; none by default (file:// parts and working directories are off)."""
-    return list(s.workspace_roots)
+@dataclass
+class InputSettings:
+    """Limits of what a message may carry, and where file:// parts and working directories may point (README "Input validation")."""
+
+    max_request_bytes: int = (
+        16 * 1024 * 1024
+    )  # whole request: gRPC max receive size, HTTP body limit
+    input_max_parts: int = 100
+    input_max_text_bytes: int = 1024 * 1024  # inline text-like parts; text-like file:// files
+    input_max_binary_bytes: int = 5 * 1024 * 1024  # inline raw/data parts of other media types
+    input_max_file_bytes: int = 25 * 1024 * 1024  # file:// files of other media types
+    input_text_media_types: list[str] = field(default_factory=list)  # more types to treat as text
+    input_allow_remote_urls: bool = False  # accept http(s) URL parts (never fetched by the service)
+    workspace_roots: list[str] = field(default_factory=list)  # default: working dir and temp dir
 
 
-def policy_from_settings(s: Any, card: pb.AgentCard, engine: Any = None) -> InputPolicy:
-    """The policy for the configured limits, the card's input modes and the workspace roots;
-    with `engine`, a context's workspace is also found in the task store (after a restart)."""
+def policy_from_settings(
+    s: InputSettings, card: pb.AgentCard, lookup: ContextLookup | None = None, denied: Iterable[str] = ()
+) -> InputPolicy:
+    """The policy for the configured limits, the card's input modes and the workspace roots.
+    `lookup` finds a context's workspace in the task store (after a restart); `denied`: what
+    messages may never point at (the data directory, every key, secret and certificate file)."""
     limits = InputLimits(
         max_parts=s.input_max_parts,
         max_text_bytes=s.input_max_text_bytes,
@@ -335,32 +348,14 @@ def policy_from_settings(s: Any, card: pb.AgentCard, engine: Any = None) -> Inpu
         ),
         allow_remote_urls=s.input_allow_remote_urls,
     )
-    lookup = StoreContextLookup(engine) if engine is not None else None
-    workspaces = Workspaces(roots_from_settings(s), lookup, denied=denied_paths(s))
+    workspaces = Workspaces(list(s.workspace_roots), lookup, denied=list(denied))
     return InputPolicy(limits, InputModes.of_card(card), workspaces)
 
 
-def denied_paths(s: Any) -> list[str]:
-    """What messages may never point at: the data directory (task database, push queue and
-    keys, command workspaces) and every file a `*_file` / `*_files` setting names (keys,
-    secrets, certificates)."""
-    from service.cards.signing import split_key_entry
-
-    paths = [s.data_dir]
-    for name, value in vars(s).items():
-        if name.endswith("_file") and isinstance(value, str) and value:
-            paths.append(value)
-        elif name.endswith("_files") and isinstance(value, list):
-            paths.extend(split_key_entry(v)[1] for v in value if isinstance(v, str))
-    return paths
-
-
-def validate_inputs(s: Any) -> None:
-    """Startup checks of max_request_bytes, input_* and workspace_roots (ConfigError on failure)."""
-    from service.app.config import ConfigError  # imports this module's users
-
+def validate_inputs(s: InputSettings) -> None:
+    """Startup checks of max_request_bytes, input_* and workspace_roots (ValueError naming the key)."""
     if not 64 * 1024 <= s.max_request_bytes <= 2**31 - 1:
-        raise ConfigError(
+        raise ValueError(
             f"max_request_bytes: must be between 65536 and {2**31 - 1} (got {s.max_request_bytes})"
         )
     for key in (
@@ -370,14 +365,14 @@ def validate_inputs(s: Any) -> None:
         "input_max_file_bytes",
     ):
         if getattr(s, key) < 1:
-            raise ConfigError(f"{key}: must be at least 1 (got {getattr(s, key)})")
+            raise ValueError(f"{key}: must be at least 1 (got {getattr(s, key)})")
     for value in s.input_text_media_types:
         try:
             media_type_of(value, "input_text_media_types")
         except Exception:
-            raise ConfigError(
+            raise ValueError(
                 f"input_text_media_types: {value!r} is not a media type like text/x-log"
             ) from None
     for root in s.workspace_roots:
         if not os.path.isdir(root):
-            raise ConfigError(f"workspace_roots: {root!r} is not an existing directory")
+            raise ValueError(f"workspace_roots: {root!r} is not an existing directory")

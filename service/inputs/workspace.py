@@ -34,7 +34,7 @@ from google.protobuf import struct_pb2
 from gen import a2a_pb2 as pb
 from service.protocol.errors import A2AError, invalid_field
 from service.protocol.ids import uuid7
-from service.store import Scope, TaskQuery
+from service.store import Scope
 
 NAMESPACE = "a2a_service"  # this service's key in message metadata
 CWD_KEY = "cwd"
@@ -271,21 +271,27 @@ def recorded_cwd(messages: Sequence[pb.Message]) -> str:
     return UNBOUND
 
 
-class StoreContextLookup:
-    """Finds a context's workspace in the task store, so the rule survives restarts."""
+class TaskReader(Protocol):
+    """What a context lookup reads (the engine offers it): committed or live tasks."""
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    async def get(self, scope: Scope, task_id: str) -> pb.Task: ...
+
+    async def latest_in_context(self, scope: Scope, context_id: str) -> pb.Task | None: ...
+
+
+class StoreContextLookup:
+    """Finds a context's workspace among its tasks, so the rule survives restarts."""
+
+    def __init__(self, tasks: TaskReader) -> None:
+        self.tasks = tasks
 
     async def __call__(self, scope: Scope, message: pb.Message) -> tuple[str, str | None]:
         if message.task_id:  # a follow-up: the task's context (TaskNotFound if it is not there)
-            task = await self.engine.get(scope, message.task_id)
+            task = await self.tasks.get(scope, message.task_id)
             return task.context_id, recorded_cwd(task.history)
         if not message.context_id:
             return "", None
-        page = await self.engine.store.list(
-            scope, TaskQuery(context_id=message.context_id, page_size=1)
-        )
-        if not page.tasks:
+        latest = await self.tasks.latest_in_context(scope, message.context_id)
+        if latest is None:
             return message.context_id, None
-        return message.context_id, recorded_cwd(page.tasks[0].history)
+        return message.context_id, recorded_cwd(latest.history)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 log = logging.getLogger("service.netlimits")
 
@@ -50,12 +50,52 @@ def raise_nofile_limit() -> tuple[int, int]:
     return soft, hard
 
 
-def listener_count(s: Any) -> int:
+@dataclass
+class NetSettings:
+    """Connection limits of both listeners (README "Connection limits")."""
+
+    grpc_max_concurrent_calls: int = 1000  # gRPC calls in flight at once (streams included); more: RESOURCE_EXHAUSTED; 0 = no limit
+    max_connections: int = (
+        1000  # open connections per listener; lowered to fit RLIMIT_NOFILE - fd_reserve
+    )
+    fd_reserve: int = (
+        128  # descriptors kept free of connections (store, push queue, logs, grpc internals)
+    )
+    http_header_timeout_seconds: float = (
+        10.0  # a request's headers (and a TLS handshake) must arrive within this
+    )
+    http_body_timeout_seconds: float = (
+        60.0  # a request body must be complete this long after its headers
+    )
+    http_keepalive_timeout_seconds: float = 5.0  # idle keep-alive connections close after this
+    grpc_handshake_timeout_seconds: float = 10.0  # a new gRPC connection's TLS and HTTP/2 setup
+    grpc_keepalive_seconds: float = (
+        60.0  # ping a silent connection after this; drop it if unanswered
+    )
+    grpc_keepalive_timeout_seconds: float = 20.0  # ... within this
+    grpc_max_connection_idle_seconds: float = (
+        300.0  # close connections without calls after this (0 = never)
+    )
+    grpc_max_connection_age_seconds: float = 3600.0  # close connections this old (0 = never) ...
+    grpc_max_connection_age_grace_seconds: float = 600.0  # ... once their calls end, or after this
+
+
+
+class _Listeners(Protocol):
+    """What the descriptor budget needs besides the limits: which listeners run."""
+
+    max_connections: int
+    fd_reserve: int
+    upstream: str
+    http_port: int
+
+
+def listener_count(s: _Listeners) -> int:
     """Listeners sharing the descriptor budget: gRPC (not in proxy mode) and HTTP (unless off)."""
     return max(1, (0 if s.upstream else 1) + (1 if s.http_port >= 0 else 0))
 
 
-def connection_cap(s: Any) -> int:
+def connection_cap(s: _Listeners) -> int:
     """Connections each listener keeps open at once: max_connections, lowered when the soft
     RLIMIT_NOFILE (after raising it to the hard limit) minus fd_reserve, shared by the
     listeners, is smaller."""
@@ -80,11 +120,26 @@ def connection_cap(s: Any) -> int:
     return cap
 
 
+class _GrpcListener(_Listeners, Protocol):
+    grpc_handshake_timeout_seconds: float
+    grpc_keepalive_seconds: float
+    grpc_keepalive_timeout_seconds: float
+    grpc_max_connection_idle_seconds: float
+    grpc_max_connection_age_seconds: float
+    grpc_max_connection_age_grace_seconds: float
+
+
+class _HttpListener(_Listeners, Protocol):
+    http_header_timeout_seconds: float
+    http_body_timeout_seconds: float
+    http_keepalive_timeout_seconds: float
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def grpc_server_options(s: Any) -> list[tuple[str, int]]:
+def grpc_server_options(s: _GrpcListener) -> list[tuple[str, int]]:
     """grpc.aio.server channel options for the connection limits (see the module docstring)."""
     options = [
         ("grpc.max_allowed_incoming_connections", connection_cap(s)),
@@ -112,7 +167,7 @@ class HttpLimits:
     keepalive_timeout: float = 5.0
 
 
-def http_limits(s: Any) -> HttpLimits:
+def http_limits(s: _HttpListener) -> HttpLimits:
     return HttpLimits(
         max_connections=connection_cap(s),
         header_timeout=s.http_header_timeout_seconds,
@@ -121,14 +176,14 @@ def http_limits(s: Any) -> HttpLimits:
     )
 
 
-def validate_netlimits(s: Any) -> None:
-    """Startup checks of the connection settings (ConfigError on failure)."""
-    from service.app.config import ConfigError
-
+def validate_netlimits(s: NetSettings) -> None:
+    """Startup checks of the connection settings (ValueError naming the key)."""
+    if s.grpc_max_concurrent_calls < 0:
+        raise ValueError("grpc_max_concurrent_calls: must be 0 (no limit) or a positive number of calls")
     if s.max_connections < 1:
-        raise ConfigError(f"max_connections: must be at least 1 (got {s.max_connections})")
+        raise ValueError(f"max_connections: must be at least 1 (got {s.max_connections})")
     if s.fd_reserve < MIN_FD_RESERVE:
-        raise ConfigError(f"fd_reserve: must be at least {MIN_FD_RESERVE} (got {s.fd_reserve})")
+        raise ValueError(f"fd_reserve: must be at least {MIN_FD_RESERVE} (got {s.fd_reserve})")
     for key in (
         "http_header_timeout_seconds",
         "http_body_timeout_seconds",
@@ -139,11 +194,11 @@ def validate_netlimits(s: Any) -> None:
         "grpc_max_connection_age_grace_seconds",
     ):
         if not 0 < getattr(s, key) <= 86400:
-            raise ConfigError(
+            raise ValueError(
                 f"{key}: must be more than 0 and at most 86400 seconds (got {getattr(s, key)})"
             )
     for key in ("grpc_max_connection_idle_seconds", "grpc_max_connection_age_seconds"):
         if not 0 <= getattr(s, key) <= 30 * 86400:
-            raise ConfigError(
+            raise ValueError(
                 f"{key}: must be between 0 (no limit) and 2592000 seconds (got {getattr(s, key)})"
             )
