@@ -11,8 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from google.protobuf import empty_pb2
@@ -20,7 +19,7 @@ from google.protobuf import empty_pb2
 from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.cards.card import CardBuilder
-from service.engine.registry import Engine, shape_task
+from service.engine.registry import Engine
 from service.inputs.policy import InputPolicy
 from service.protocol.admission import Gate
 from service.protocol.errors import (
@@ -30,6 +29,12 @@ from service.protocol.errors import (
     VersionNotSupportedError,
     invalid_field,
 )
+from service.protocol.params import (  # noqa: F401 - CallContext: what every binding builds
+    CREDENTIAL_KEYS,
+    SUPPORTED_VERSIONS,
+    CallContext,
+    is_supported_version,
+)
 from service.protocol.validation import (
     check_history_length,
     check_id,
@@ -37,14 +42,9 @@ from service.protocol.validation import (
     check_required,
     check_tenant,
 )
+from service.protocol.views import check_page_size, shape_task
 from service.store import Scope
 
-SUPPORTED_VERSIONS = ("1.0",)  # any 1.x is accepted: minor versions are compatible
-VERSION_KEY = "a2a-version"
-CREDENTIAL_KEYS = frozenset({"authorization", "proxy-authorization", "x-api-key", "cookie"})
-EXTENSIONS_KEY = "a2a-extensions"
-PUSH_PAGE_DEFAULT = 50
-PUSH_PAGE_MAX = 100
 PUSH_SECRET_MAX = 4096
 _HTTP_TOKEN = re.compile(
     r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}"
@@ -63,33 +63,6 @@ class PushHooks(Protocol):
         """Store the config; it gets the task's events after `after_seq` (None: from now on)."""
 
     async def delete_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...
-
-
-def is_supported_version(version: str) -> bool:
-    major, _, rest = version.partition(".")
-    return major == "1" and (not rest or all(p.isdigit() for p in rest.split(".")))
-
-
-@dataclass
-class CallContext:
-    """What a transport knows about one call, in transport-neutral form."""
-
-    metadata: Mapping[str, str] = field(default_factory=dict)  # lower-case keys
-    principal: str = ""  # authenticated caller ('' = anonymous)
-    # Version assumed when the caller sends none: 1.0 on gRPC (the package names
-    # it), 0.3 on HTTP bindings (as the spec says for a missing header).
-    default_version: str = "1.0"
-    resume_after: int | None = None  # stream resume point (HTTP Last-Event-ID)
-
-    @property
-    def version(self) -> str:
-        value = self.metadata.get(VERSION_KEY)
-        return value.strip() if value is not None and value.strip() else self.default_version
-
-    @property
-    def extensions(self) -> tuple[str, ...]:
-        raw = self.metadata.get(EXTENSIONS_KEY, "")
-        return tuple(u for u in (part.strip() for part in raw.split(",")) if u)
 
 
 class A2AApi:
@@ -347,11 +320,7 @@ class A2AApi:
         self, request: pb.ListTaskPushNotificationConfigsRequest, call: CallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
         self._check_push()  # before any other check, as on every push operation
-        page_size = request.page_size or PUSH_PAGE_DEFAULT
-        if not 1 <= page_size <= PUSH_PAGE_MAX:
-            raise invalid_field(
-                "pageSize", f"must be between 1 and {PUSH_PAGE_MAX} (got {page_size})"
-            )
+        page_size = check_page_size(request.page_size or None)
         if request.page_token:
             check_id(request.page_token, "pageToken")
         scope = await self._push_scope(request, call, config_id=False)

@@ -32,13 +32,14 @@ from service.auth.jwt_bearer import (
 )
 from service.auth.schemes import Authenticator
 from service.auth.tls import TlsFiles, tls_files
+from service.protocol.params import EXTENSIONS_KEY, VERSION_KEY
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _RESERVED_HEADERS = frozenset(
     {
         "authorization",
-        "a2a-version",
-        "a2a-extensions",
+        VERSION_KEY,
+        EXTENSIONS_KEY,
         "content-type",
         "content-length",
         "host",

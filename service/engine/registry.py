@@ -7,12 +7,7 @@ TaskRun per live task is the only writer of that task in this process.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import hashlib
-import hmac
 import logging
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -31,77 +26,22 @@ from service.protocol.errors import (
 )
 from service.protocol.ids import uuid7
 from service.protocol.states import INTERRUPTED, TERMINAL, is_settling, state_name
-from service.protocol.timeutil import timestamp_micros
+from service.protocol.views import (  # noqa: F401 - encode_cursor: the token format, for tools
+    check_page_size,
+    decode_cursor,
+    encode_cursor,
+    shape_task,
+    status_after,
+)
 from service.store import Scope, StoredEvent, TaskQuery, TaskStore
 
 log = logging.getLogger("service.engine")
 
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 100
 RESTART_MESSAGE = "The server stopped while this task was running; the turn was lost. Send a new message to retry."
 SHUTDOWN_MESSAGE = (
     "The server shut down while this task was running; the turn was stopped. "
     "Send a new message to retry."
 )
-
-
-def shape_task(
-    task: pb.Task, history_length: int | None, include_artifacts: bool = True
-) -> pb.Task:
-    """The task as a client asked to see it (a copy only when something is cut)."""
-    if (history_length is None or len(task.history) <= history_length) and (
-        include_artifacts or not task.artifacts
-    ):
-        return task
-    out = pb.Task()
-    out.CopyFrom(task)
-    if history_length is not None and len(out.history) > history_length:
-        keep = list(out.history)[len(out.history) - history_length :] if history_length else []
-        del out.history[:]
-        out.history.extend(keep)
-    if not include_artifacts:
-        del out.artifacts[:]
-    return out
-
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_TOKEN_MAC_BYTES = 16
-_BAD_TOKEN = "not a token returned by a previous ListTasks call of this caller"
-
-
-def _token_mac(key: bytes, scope: Scope, payload: bytes) -> bytes:
-    signed = b"\x00".join((scope.tenant.encode(), scope.owner.encode(), payload))
-    return hmac.new(key, signed, hashlib.sha256).digest()[:_TOKEN_MAC_BYTES]
-
-
-def encode_cursor(key: bytes, scope: Scope, cursor: tuple[int, str]) -> str:
-    """An opaque page token: the cursor and an HMAC (the store's key, bound to the caller's
-    scope), so a forged or altered token is refused instead of being followed."""
-    payload = struct.pack(">q", cursor[0]) + cursor[1].encode()
-    return base64.urlsafe_b64encode(payload + _token_mac(key, scope, payload)).decode().rstrip("=")
-
-
-def decode_cursor(key: bytes, scope: Scope, token: str) -> tuple[int, str]:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        payload, mac = raw[:-_TOKEN_MAC_BYTES], raw[-_TOKEN_MAC_BYTES:]
-        if len(payload) < 9 or not hmac.compare_digest(mac, _token_mac(key, scope, payload)):
-            raise ValueError
-        return struct.unpack(">q", payload[:8])[0], payload[8:].decode()
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise invalid_field("pageToken", _BAD_TOKEN) from None
-
-
-def _status_after(request: pb.ListTasksRequest) -> int | None:
-    if not request.HasField("status_timestamp_after"):
-        return None
-    micros = timestamp_micros(request.status_timestamp_after)
-    if (
-        not INT64_MIN <= micros <= INT64_MAX
-        or not 0 <= request.status_timestamp_after.nanos < 10**9
-    ):
-        raise invalid_field("statusTimestampAfter", "is not a valid timestamp")
-    return micros
 
 
 @dataclass
@@ -441,15 +381,11 @@ class Engine:
         return page.tasks[0] if page.tasks else None
 
     async def list(self, scope: Scope, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
-        page_size = request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
-        if not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise invalid_field(
-                "pageSize", f"must be between 1 and {MAX_PAGE_SIZE} (got {page_size})"
-            )
+        page_size = check_page_size(request.page_size if request.HasField("page_size") else None)
         query = TaskQuery(
             context_id=request.context_id,
             state=request.status,
-            status_after_us=_status_after(request),
+            status_after_us=status_after(request),
             page_size=page_size,
             cursor=decode_cursor(self.store.page_token_key, scope, request.page_token)
             if request.page_token
