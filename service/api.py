@@ -51,8 +51,9 @@ _HTTP_TOKEN = re.compile(
 )  # an auth scheme name (RFC 9110 token)
 
 
-class PushHooks(Protocol):
-    """What the API needs from push delivery (service.push.PushNotifications)."""
+class PushConfigs(Protocol):
+    """The push config seam (service.push.PushNotifications): where configs are kept, sealed,
+    and how delivery learns of them."""
 
     async def check_url(self, url: str) -> None:
         """Raise ValueError with a client-facing reason when the callback URL may not be called."""
@@ -61,6 +62,15 @@ class PushHooks(Protocol):
         self, scope: Scope, config: pb.TaskPushNotificationConfig, after_seq: int | None
     ) -> None:
         """Store the config; it gets the task's events after `after_seq` (None: from now on)."""
+
+    async def get_config(
+        self, scope: Scope, task_id: str, config_id: str
+    ) -> pb.TaskPushNotificationConfig | None: ...
+
+    async def list_configs(
+        self, scope: Scope, task_id: str, page_size: int, after_id: str | None
+    ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
+        """Ordered by config id; (configs, last id when more follow else None)."""
 
     async def delete_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...
 
@@ -73,7 +83,7 @@ class A2AApi:
         *,
         push_notifications: bool = False,
         required_extensions: tuple[str, ...] = (),
-        push: PushHooks | None = None,
+        push: PushConfigs | None = None,
         inputs: InputPolicy | None = None,
         gate: Gate | None = None,
     ) -> None:
@@ -81,7 +91,7 @@ class A2AApi:
         self.cards = cards
         self.push_notifications = push_notifications
         self.required_extensions = required_extensions
-        self.push = push  # None: configs are only stored (no delivery, no SSRF check)
+        self.push = push  # None: push configs are not offered
         self.inputs = inputs  # None: no limits, media type or workspace checks (service.inputs)
         self.gate = gate or Gate()  # closed by a drain: new calls are refused
 
@@ -116,11 +126,13 @@ class A2AApi:
             metadata=metadata,
         )
 
-    def _check_push(self) -> None:
-        if not self.push_notifications:
+    def _configs(self) -> PushConfigs:
+        """The push config seam, or PushNotificationNotSupportedError when push is off."""
+        if not self.push_notifications or self.push is None:
             raise PushNotificationNotSupportedError(
                 "Push notifications are not enabled on this agent (capabilities.pushNotifications is false)."
             )
+        return self.push
 
     # ---- messages ----------------------------------------------------------
 
@@ -139,7 +151,7 @@ class A2AApi:
         follow_up = bool(message.task_id)
         stored: pb.TaskPushNotificationConfig | None = None
         if push is not None:
-            self._check_push()
+            self._configs()
             await self._check_push_config(
                 push, "configuration.taskPushNotificationConfig", need_task=False
             )
@@ -177,7 +189,7 @@ class A2AApi:
                 scope, message.task_id
             )  # TaskNotFoundError before anything is stored
             await self._store_push_config(
-                scope, stored, await self.engine.store.last_seq(scope, message.task_id)
+                scope, stored, await self.engine.last_seq(scope, message.task_id)
             )
             try:
                 turn = await self.engine.send(
@@ -267,21 +279,15 @@ class A2AApi:
     async def _store_push_config(
         self, scope: Scope, config: pb.TaskPushNotificationConfig, after_seq: int | None
     ) -> None:
-        if self.push is not None:
-            await self.push.store_config(scope, config, after_seq)
-        else:
-            await self.engine.store.put_push_config(scope, config)
+        await self._configs().store_config(scope, config, after_seq)
 
     async def _delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
-        if self.push is not None:
-            await self.push.delete_config(scope, task_id, config_id)
-        else:
-            await self.engine.store.delete_push_config(scope, task_id, config_id)
+        await self._configs().delete_config(scope, task_id, config_id)
 
     async def _push_scope(self, request, call: CallContext, *, config_id: bool) -> Scope:
         """Shared entry of the Get/List/Delete config RPCs: capability, admission, ids, and
         the task must be the caller's (TaskNotFoundError otherwise)."""
-        self._check_push()
+        self._configs()
         scope = self._admit(call, request)
         check_id(request.task_id, "taskId", required=True)
         if config_id:
@@ -295,7 +301,7 @@ class A2AApi:
     async def CreateTaskPushNotificationConfig(
         self, request: pb.TaskPushNotificationConfig, call: CallContext
     ) -> pb.TaskPushNotificationConfig:
-        self._check_push()
+        self._configs()
         scope = self._admit(call, request)
         await self._check_push_config(request, "", need_task=True)
         await self._task_must_exist(scope, request.task_id)
@@ -309,7 +315,7 @@ class A2AApi:
         self, request: pb.GetTaskPushNotificationConfigRequest, call: CallContext
     ) -> pb.TaskPushNotificationConfig:
         scope = await self._push_scope(request, call, config_id=True)
-        found = await self.engine.store.get_push_config(scope, request.task_id, request.id)
+        found = await self._configs().get_config(scope, request.task_id, request.id)
         if found is None:
             raise TaskNotFoundError(
                 f"Push notification config {request.id} not found for task {request.task_id}."
@@ -319,12 +325,12 @@ class A2AApi:
     async def ListTaskPushNotificationConfigs(
         self, request: pb.ListTaskPushNotificationConfigsRequest, call: CallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
-        self._check_push()  # before any other check, as on every push operation
+        self._configs()  # before any other check, as on every push operation
         page_size = check_page_size(request.page_size or None)
         if request.page_token:
             check_id(request.page_token, "pageToken")
         scope = await self._push_scope(request, call, config_id=False)
-        configs, last = await self.engine.store.list_push_configs(
+        configs, last = await self._configs().list_configs(
             scope, request.task_id, page_size, request.page_token or None
         )
         return pb.ListTaskPushNotificationConfigsResponse(

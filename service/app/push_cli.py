@@ -82,7 +82,7 @@ def _where(settings: config.Settings, queue: Any) -> str:
 async def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     from service.push import open_queue
 
-    queue = open_queue(settings)
+    queue = open_queue(settings, settings.data_dir)
     if settings.push_queue != "redis-streams" and not queue.root.is_dir():
         # A wrong data directory: say so (replay would create a queue nobody reads).
         print(

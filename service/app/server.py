@@ -52,7 +52,7 @@ from service.net.limits import grpc_server_options, raise_nofile_limit
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
-from service.store import TaskStore, open_store
+from service.store import Store, open_store
 
 log = logging.getLogger("service")
 
@@ -118,7 +118,7 @@ def build_agent(settings: Settings):
 @dataclass
 class Service:
     settings: Settings
-    store: TaskStore | None = None
+    store: Store | None = None
     engine: Engine | None = None
     api: A2AApi | None = None
     cards: CardBuilder | None = None
@@ -261,9 +261,9 @@ class Service:
         push_key = "push_redis_url" if s.push_queue == "redis-streams" else "push_queue"
         if s.push_notifications:
             with _setting(push_key):
-                self.push = PushNotifications.from_settings(s, self.store)
+                self.push = PushNotifications.from_settings(s, self.store, s.data_dir)
         self.engine = Engine(
-            self.push.store if self.push else self.store,
+            self.store,
             agent,
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,

@@ -375,6 +375,10 @@ class Engine:
             raise TaskNotFoundError(f"Task {task_id} not found.")
         return task
 
+    async def last_seq(self, scope: Scope, task_id: str) -> int:
+        """The task's latest committed event (0 when none): where a new listener starts."""
+        return await self.store.last_seq(scope, task_id)
+
     async def latest_in_context(self, scope: Scope, context_id: str) -> pb.Task | None:
         """The context's task with the latest status (committed), or None."""
         page = await self.store.list(scope, TaskQuery(context_id=context_id, page_size=1))

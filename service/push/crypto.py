@@ -6,8 +6,8 @@ open, so keys rotate by putting a new key first and dropping the old one once
 nothing sealed with it is left. Without configured keys one is generated in
 DATA_DIR/push-secret.key (mode 0600) on first use.
 
-`SealedConfigStore` wraps any `TaskStore`: only the push-config methods change,
-so every store gets encryption and reads stay scoped by (tenant, owner).
+`SealedConfigStore` wraps any `PushConfigStore`: configs go in sealed and come out
+open, so every store gets encryption and reads stay scoped by (tenant, owner).
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
-from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from gen import a2a_pb2 as pb
-from service.store import Scope, TaskStore
+from service.store import PushConfigStore, Scope
 
 log = logging.getLogger("service.push")
 
@@ -93,14 +92,11 @@ class SecretBox:
 
 
 class SealedConfigStore:
-    """A TaskStore whose push configs are sealed at rest; everything else passes through."""
+    """A PushConfigStore whose configs' secrets are sealed at rest."""
 
-    def __init__(self, inner: TaskStore, box: SecretBox) -> None:
+    def __init__(self, inner: PushConfigStore, box: SecretBox) -> None:
         self.inner = inner
         self.box = box
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     async def put_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig) -> None:
         await self.inner.put_push_config(scope, self.box.seal_config(config))
@@ -116,3 +112,6 @@ class SealedConfigStore:
     ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
         configs, last = await self.inner.list_push_configs(scope, task_id, page_size, after_id)
         return [self.box.open_config(c) for c in configs], last
+
+    async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> bool:
+        return await self.inner.delete_push_config(scope, task_id, config_id)

@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from gen import a2a_pb2 as pb
 from service.protocol.states import TERMINAL
 from service.push.queue_base import CursorKey, CursorMove, Job, PushQueue, TaskKey
-from service.store import Scope, StoredEvent, TaskStore
+from service.store import Scope, Store, StoredEvent
 
 log = logging.getLogger("service.push")
 
@@ -48,7 +48,7 @@ def is_final(event: pb.StreamResponse) -> bool:
 
 
 class Dispatcher:
-    def __init__(self, store: TaskStore, queue: PushQueue, *, parallel: int = 16) -> None:
+    def __init__(self, store: Store, queue: PushQueue, *, parallel: int = 16) -> None:
         self.store = store  # the plain store: only ids and events are read here
         self.queue = queue
         self._started = False

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import pathlib
-from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.protocol.states import TERMINAL
@@ -17,17 +16,18 @@ from service.push.crypto import SealedConfigStore, SecretBox, load_keys
 from service.push.delivery import DeliveryWorker, RetryPolicy
 from service.push.dispatcher import Dispatcher
 from service.push.queue_base import PushQueue
+from service.push.settings import PushSettings
 from service.push.ssrf import CallbackPolicy, CallbackUnresolvable
 from service.push.transport import CallbackClient
-from service.store import Scope, StoredEvent, TaskStore
+from service.store import Scope, Store, StoredEvent
 
 log = logging.getLogger("service.push")
 
 QUEUE_DIR = "push-queue"
 
 
-def open_queue(s: Any) -> PushQueue:
-    """The queue the settings name (not yet opened)."""
+def open_queue(s: PushSettings, data_dir: str) -> PushQueue:
+    """The queue the settings name (not yet opened); `local-file` lives in `data_dir`."""
     if s.push_queue == "redis-streams":
         from service.push.queue_redis import RedisQueue
 
@@ -43,13 +43,13 @@ def open_queue(s: Any) -> PushQueue:
         )
     from service.push.queue_file import FileQueue
 
-    return FileQueue(pathlib.Path(s.data_dir) / QUEUE_DIR, lease_seconds=s.push_lease_seconds)
+    return FileQueue(pathlib.Path(data_dir) / QUEUE_DIR, lease_seconds=s.push_lease_seconds)
 
 
 class PushNotifications:
     def __init__(
         self,
-        store: TaskStore,
+        store: Store,
         queue: PushQueue,
         policy: CallbackPolicy,
         box: SecretBox,
@@ -59,15 +59,15 @@ class PushNotifications:
         concurrency: int = 32,
         host_concurrency: int = 8,
     ) -> None:
-        self.plain_store = store
-        self.store = SealedConfigStore(store, box)  # what the engine and the API use
+        self.plain_store = store  # tasks and events; configs only for their ids (dispatcher)
+        self.configs = SealedConfigStore(store, box)  # configs as the API and delivery see them
         self.queue = queue
         self.policy = policy
         self.dispatcher = Dispatcher(store, queue)
         self.client = CallbackClient(policy, timeout=timeout, max_connections=concurrency)
         self.worker = DeliveryWorker(
             queue,
-            self.store.get_push_config,
+            self.configs.get_push_config,
             self.client,
             retry,
             concurrency=concurrency,
@@ -76,12 +76,12 @@ class PushNotifications:
         self._worker_task: asyncio.Task | None = None
 
     @classmethod
-    def from_settings(cls, s: Any, store: TaskStore) -> PushNotifications:
+    def from_settings(cls, s: PushSettings, store: Store, data_dir: str) -> PushNotifications:
         return cls(
             store,
-            open_queue(s),
+            open_queue(s, data_dir),
             CallbackPolicy.from_lists(s.push_allow_hosts, s.push_allow_networks),
-            SecretBox(load_keys(s.push_secret_keys, s.data_dir)),
+            SecretBox(load_keys(s.push_secret_keys, data_dir)),
             RetryPolicy(
                 max_attempts=s.push_max_attempts,
                 max_age=s.push_max_age_seconds,
@@ -134,12 +134,12 @@ class PushNotifications:
         if after_seq is None:
             task = await self.plain_store.get(scope, config.task_id)
             if task is not None and task.status.state in TERMINAL:
-                await self.store.put_push_config(scope, config)  # nothing will follow
+                await self.configs.put_push_config(scope, config)  # nothing will follow
                 return
             after_seq = await self.plain_store.last_seq(scope, config.task_id)
         cursor = (*key, config.id)
         await self.queue.start_cursor(cursor, after_seq)
-        await self.store.put_push_config(scope, config)
+        await self.configs.put_push_config(scope, config)
         self.dispatcher.config_known(cursor, True)
         self.dispatcher.poke(key)
 
@@ -147,4 +147,14 @@ class PushNotifications:
         cursor = (scope.tenant, scope.owner, task_id, config_id)
         self.dispatcher.config_known(cursor, False)
         await self.queue.drop_cursor(cursor)
-        return await self.store.delete_push_config(scope, task_id, config_id)
+        return await self.configs.delete_push_config(scope, task_id, config_id)
+
+    async def get_config(
+        self, scope: Scope, task_id: str, config_id: str
+    ) -> pb.TaskPushNotificationConfig | None:
+        return await self.configs.get_push_config(scope, task_id, config_id)
+
+    async def list_configs(
+        self, scope: Scope, task_id: str, page_size: int, after_id: str | None
+    ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
+        return await self.configs.list_push_configs(scope, task_id, page_size, after_id)

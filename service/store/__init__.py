@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
-from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery, TaskStore
+from service.store.base import (
+    PushConfigStore,
+    Scope,
+    Store,
+    StoredEvent,
+    TaskPage,
+    TaskQuery,
+    TaskStore,
+)
 
-__all__ = ["Scope", "StoredEvent", "TaskPage", "TaskQuery", "TaskStore", "open_store"]
+__all__ = [
+    "PushConfigStore",
+    "Scope",
+    "Store",
+    "StoredEvent",
+    "TaskPage",
+    "TaskQuery",
+    "TaskStore",
+    "open_store",
+]
 
 
-def open_store(url: str, commit_interval_ms: float | None = None) -> TaskStore:
+def open_store(url: str, commit_interval_ms: float | None = None) -> Store:
     """`memory:` or `sqlite:///path/to/file.db` (relative paths allowed: `sqlite:data/a2a.db`).
 
     `commit_interval_ms`: SQLite's group commit (None: the store's default; see

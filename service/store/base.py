@@ -2,8 +2,9 @@
 
 Everything is scoped: a task belongs to one (tenant, owner) pair and is
 invisible from any other. Tasks are stored as whole `Task` snapshots plus the
-numbered events that produced them (for stream resume); push configs live in
-the same store so they share its durability.
+numbered events that produced them (for stream resume): the `TaskStore` seam.
+Push configs are a seam of their own (`PushConfigStore`); the stores here offer
+both, so configs share the tasks' durability.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class StoredEvent(NamedTuple):
 
 
 class TaskStore(Protocol):
+    """Task snapshots, their numbered events, and the queries over them."""
+
     # Secret (32 bytes, valid after open()) that makes ListTasks page tokens tamper-evident;
     # every process on the same durable store sees the same one.
     page_token_key: bytes
@@ -78,6 +81,10 @@ class TaskStore(Protocol):
     async def unsettled(self) -> list[tuple[Scope, pb.Task]]:
         """Tasks in SUBMITTED or WORKING state: after a restart nobody runs them."""
 
+
+class PushConfigStore(Protocol):
+    """Push notification configs of tasks, scoped like the tasks."""
+
     async def put_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig) -> None:
         """Insert or replace by (task_id, id)."""
 
@@ -91,3 +98,7 @@ class TaskStore(Protocol):
         """Ordered by config id; returns (configs, last id when more follow else None)."""
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...
+
+
+class Store(TaskStore, PushConfigStore, Protocol):
+    """What `open_store` gives: both seams on one durable store (one file, one commit log)."""
