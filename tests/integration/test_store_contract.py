@@ -33,7 +33,7 @@ from service.store.sqlite import (
 )
 from tests.conftest import missing_part
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 A = Scope("t1", "alice")
 B = Scope("t1", "bob")  # same tenant, other owner

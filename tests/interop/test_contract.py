@@ -20,7 +20,7 @@ import textwrap
 import pytest
 from google.protobuf import descriptor_pb2, text_format
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CODEGEN = ROOT / "proto" / "codegen.py"  # build tooling beside the contract, run as a script
 
 

@@ -56,7 +56,7 @@ async def svc(start_service, roots):
     service = await start_service(
         http_port=0,
         store="memory:",
-        agent="tests.test_input_validation:WorkspaceAgent",
+        agent="tests.integration.test_input_validation:WorkspaceAgent",
         input_modes=MODES,
         workspace_roots=[str(roots)],
         input_max_text_bytes=4096,
@@ -256,7 +256,7 @@ async def test_remote_urls_are_refused_unless_enabled(svc, start_service, roots)
         )
     open_service = await start_service(
         store="memory:",
-        agent="tests.test_input_validation:WorkspaceAgent",
+        agent="tests.integration.test_input_validation:WorkspaceAgent",
         input_allow_remote_urls=True,
         data_dir=str(roots / "d2"),
     )
@@ -342,7 +342,7 @@ async def test_follow_ups_keep_the_task_workspace(start_service, roots):
 async def test_the_context_rule_survives_a_restart(start_service, roots, tmp_path):
     settings = dict(
         store=f"sqlite:{tmp_path / 'tasks.db'}",
-        agent="tests.test_input_validation:WorkspaceAgent",
+        agent="tests.integration.test_input_validation:WorkspaceAgent",
         workspace_roots=[str(roots)],
         push_notifications=False,
     )
@@ -380,7 +380,7 @@ async def test_without_workspace_roots_no_message_reaches_the_disk(start_service
     """No default roots (the service is network-facing): file:// parts and working directories
     are refused, even for the working and temp directories (the roots of old)."""
     service = await start_service(
-        store="memory:", agent="tests.test_input_validation:WorkspaceAgent"
+        store="memory:", agent="tests.integration.test_input_validation:WorkspaceAgent"
     )
     (tmp_path / "there.txt").write_text("x")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
@@ -481,7 +481,7 @@ async def test_the_service_state_and_secret_files_are_out_of_reach(start_service
     secret.write_text("s" * 40)
     service = await start_service(
         store="memory:",
-        agent="tests.test_input_validation:WorkspaceAgent",
+        agent="tests.integration.test_input_validation:WorkspaceAgent",
         workspace_roots=[str(tmp_path)],
         card_signing_secret_file=str(secret),
     )
