@@ -112,3 +112,17 @@ async def test_the_authenticator_refuses_a_repeated_credential_key():
     )
     # A plain mapping (no record of repeats) still authenticates as before.
     assert await auth.principal({"authorization": ALICE}) == "bearer:alice"
+
+
+async def test_two_credentials_in_one_header_are_refused(start_service):
+    service = await start_service(
+        http_port=0, store="memory:", push_notifications=False, **all_static_settings()
+    )
+    headers = [
+        ("A2A-Version", "1.0"),
+        ("Authorization", f"Bearer {TOKENS['alice']}"),
+        ("Authorization", f"Bearer {TOKENS['bob']}"),
+    ]
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.get(f"http://127.0.0.1:{service.http_port}/tasks", headers=headers)
+    assert response.status_code == 401 and response.content == b'{"error":"Unauthorized"}'

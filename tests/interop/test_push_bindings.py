@@ -8,8 +8,8 @@ import pytest
 from a2a.types import a2a_pb2 as sdk
 from a2a.utils import errors as sdk_errors
 
-from tests.push_util import Receiver, eventually
 from tests.interop.test_gateway_bindings import BINDINGS, _clients, collect, send
+from tests.push_util import Receiver, eventually
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import logging
 
-import httpx
 import pytest
 
 from service.app import config
@@ -165,17 +164,3 @@ def test_which_hosts_count_as_loopback(host, loopback):
     assert is_loopback(host) is loopback
     warnings = startup_warnings(Settings(host=host), None, None)
     assert bool(warnings) is not loopback
-
-
-async def test_two_credentials_in_one_header_are_refused(start_service):
-    service = await start_service(
-        http_port=0, store="memory:", push_notifications=False, **all_static_settings()
-    )
-    headers = [
-        ("A2A-Version", "1.0"),
-        ("Authorization", f"Bearer {TOKENS['alice']}"),
-        ("Authorization", f"Bearer {TOKENS['bob']}"),
-    ]
-    async with httpx.AsyncClient(timeout=10) as http:
-        response = await http.get(f"http://127.0.0.1:{service.http_port}/tasks", headers=headers)
-    assert response.status_code == 401 and response.content == b'{"error":"Unauthorized"}'

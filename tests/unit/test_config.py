@@ -1,14 +1,11 @@
-"""Configuration sources and the CLI: precedence, clear errors, --help."""
+"""Configuration sources: precedence, clear errors. (The CLI as a process:
+tests/integration/test_config_cli.py.)"""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import pytest
 
 from service.app import config
-from tests.process import ROOT
 
 
 def test_precedence_file_env_flags(tmp_path):
@@ -63,54 +60,3 @@ def test_unknown_file_key_and_bad_toml(tmp_path):
 def test_default_store_is_sqlite_in_data_dir():
     s = config.load(None, env={"A2A_DATA_DIR": "/srv/a2a"})
     assert s.store_url == "sqlite:/srv/a2a/tasks.db"
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "service", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def test_help_explains_every_flag():
-    out = run_cli("serve", "--help")
-    assert out.returncode == 0
-    for flag in (
-        "--host",
-        "--grpc-port",
-        "--http-port",
-        "--store",
-        "--agent",
-        "--data-dir",
-        "--config",
-    ):
-        assert flag in out.stdout
-    assert "A2A_GRPC_PORT" in out.stdout
-
-
-def test_cli_rejects_bad_config_with_exit_2():
-    out = run_cli("serve", "--grpc-port", "99999")
-    assert out.returncode == 2
-    assert "configuration error: grpc_port" in out.stderr
-    assert "Traceback" not in out.stderr
-
-
-def test_cli_reports_unknown_agent_without_traceback():
-    out = run_cli(
-        "serve",
-        "--agent",
-        "no.such.module:Agent",
-        "--store",
-        "memory:",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "-1",
-    )
-    assert out.returncode == 2  # a startup failure: one line naming the setting
-    assert "cannot start: agent: " in out.stderr
-    assert "cannot import module 'no.such.module'" in out.stderr
-    assert "Traceback" not in out.stderr
