@@ -44,6 +44,7 @@ from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.cards.card import CardBuilder, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
+from service.engine.bus import InProcessBus
 from service.engine.registry import Engine
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
@@ -265,6 +266,7 @@ class Service:
         self.engine = Engine(
             self.store,
             agent,
+            bus=InProcessBus(),  # one process: events fan out in memory
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,
         )

@@ -1,16 +1,43 @@
-"""The event bus seam: fan-out of committed task events to live subscribers.
+"""The event bus seam (`EventBus`): fan-out of committed task events to live subscribers.
 
 The engine publishes each event after it is committed to the store, in
 sequence order. Each subscriber has its own queue, so a slow or departed
-subscriber never affects another. This in-process bus serves one replica.
+subscriber never affects another. `InProcessBus` serves one process; the
+composition root chooses the bus and hands it to the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from service.store import StoredEvent
+
+
+class Subscription(Protocol):
+    """One subscriber's view of a topic."""
+
+    def events(self) -> AsyncIterator[StoredEvent]:
+        """Events until the topic closes; raises the error the bus ended it with."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class EventBus(Protocol):
+    def subscribe(self, key: str) -> Subscription: ...
+
+    def publish(self, key: str, events: list[StoredEvent]) -> None:
+        """Deliver committed events, in order, to every subscriber of `key`."""
+
+    def close_topic(self, key: str) -> None:
+        """The topic's task settled: its subscriptions end after what they hold."""
+
+    def end_all(self, error: BaseException) -> int:
+        """End every subscription with `error` (shutdown); returns how many."""
+        ...
+
 
 _CLOSED = None  # queue sentinel: the publisher closed the topic
 
@@ -24,7 +51,7 @@ class _Ended:
         self.error = error
 
 
-class Subscription:
+class QueueSubscription:
     def __init__(self, bus: InProcessBus, key: str) -> None:
         self._bus = bus
         self.key = key
@@ -47,10 +74,10 @@ class Subscription:
 
 class InProcessBus:
     def __init__(self) -> None:
-        self._topics: dict[str, set[Subscription]] = {}
+        self._topics: dict[str, set[QueueSubscription]] = {}
 
-    def subscribe(self, key: str) -> Subscription:
-        sub = Subscription(self, key)
+    def subscribe(self, key: str) -> QueueSubscription:
+        sub = QueueSubscription(self, key)
         self._topics.setdefault(key, set()).add(sub)
         return sub
 
@@ -73,7 +100,7 @@ class InProcessBus:
         self._topics.clear()
         return ended
 
-    def _drop(self, sub: Subscription) -> None:
+    def _drop(self, sub: QueueSubscription) -> None:
         subs = self._topics.get(sub.key)
         if subs is not None:
             subs.discard(sub)

@@ -16,7 +16,7 @@ from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.agent import metadata_struct
-from service.engine.bus import InProcessBus
+from service.engine.bus import EventBus
 from service.protocol.errors import InternalError, InvalidAgentResponseError
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
@@ -32,7 +32,7 @@ class TaskRun:
         self,
         *,
         store: TaskStore,
-        bus: InProcessBus,
+        bus: EventBus,
         scope: Scope,
         task_id: str,
         context_id: str,
