@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 
-.PHONY: setup run test lint gen bench clean tools help
+.PHONY: setup run test test-unit test-integration test-interop lint gen bench clean tools help
 
 # `make` alone is `make setup` (the first target); `make help` lists the targets.
 setup: $(STAMP)  ## create .venv and install the package with its dev dependencies
@@ -27,8 +27,19 @@ tools: $(BUF)  ## install the buf CLI under .tools/
 run: setup  ## run the service (python -m service serve)
 	$(PY) -m service serve
 
-test: setup tools  ## run the whole test suite
+# The suite has three layers (tests/unit, tests/integration, tests/interop); `make test`
+# runs them all, as CI does (.ci/run).
+test: setup tools  ## run the whole test suite (unit, integration and interop)
 	$(PY) -m pytest -q
+
+test-unit: setup  ## run tests/unit only: in-process, no servers, no npm, no Redis (seconds)
+	$(PY) -m pytest -q tests/unit
+
+test-integration: setup  ## run tests/integration: real servers on loopback (Redis, strace if present)
+	$(PY) -m pytest -q tests/integration
+
+test-interop: setup tools  ## run tests/interop: a2a-sdk client, grpcurl, buf, the README's commands
+	$(PY) -m pytest -q tests/interop
 
 # buf cannot resolve the google/api imports (installed googleapis-common-protos,
 # no registry deps), so lint an image compiled by grpcio-tools; see buf.yaml.
