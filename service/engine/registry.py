@@ -76,7 +76,7 @@ class Engine:
         lost = await self.store.unsettled()
         for scope, task in lost:
             run = self._new_run(scope, task.id, task.context_id, task)
-            run.seq = await self.store.last_seq(scope, task.id)
+            run.loaded(task, await self.store.last_seq(scope, task.id))
             run.force_state(pb.TASK_STATE_FAILED, RESTART_MESSAGE)
             await run.finish()
         return len(lost)
@@ -84,7 +84,12 @@ class Engine:
     # ---- runs ----------------------------------------------------------------
 
     def _new_run(
-        self, scope: Scope, task_id: str, context_id: str, task: pb.Task | None
+        self,
+        scope: Scope,
+        task_id: str,
+        context_id: str,
+        task: pb.Task | None,
+        first_message: pb.Message | None = None,
     ) -> TaskRun:
         run = TaskRun(
             store=self.store,
@@ -93,6 +98,7 @@ class Engine:
             task_id=task_id,
             context_id=context_id,
             task=task,
+            first_message=first_message,
             on_idle=self._forget,
             on_commit=self.on_commit,
             pace=self.event_pace,
@@ -117,25 +123,17 @@ class Engine:
                 return run
             return await self._claim(scope, task_id)
         run = self._new_run(scope, task_id, "", None)  # context and task come from the store
-        run.ready = asyncio.get_running_loop().create_future()
+        run.loading()
         try:
             task = await self.store.get(scope, task_id)
             if task is None:
                 raise TaskNotFoundError(f"Task {task_id} not found.")
-            run.task = task
-            run.context_id = task.context_id
-            run.seq = await self.store.last_seq(scope, task_id)
+            seq = await self.store.last_seq(scope, task_id)
         except BaseException as exc:
             del self._runs[key]
-            if isinstance(exc, asyncio.CancelledError):
-                # This caller went away; others waiting on the load simply retry it.
-                run.ready.set_result(None)
-            else:
-                run.ready.set_exception(exc)
-                run.ready.exception()  # mark retrieved
+            run.load_failed(exc)
             raise
-        run.ready.set_result(None)
-        run.ready = None
+        run.loaded(task, seq)
         return run
 
     def _release(self, run: TaskRun) -> None:
@@ -168,8 +166,7 @@ class Engine:
             await before_start(task_id)
         message.context_id = context_id
         message.task_id = task_id
-        run = self._new_run(scope, task_id, context_id, None)
-        run.first_message = message
+        run = self._new_run(scope, task_id, context_id, None, first_message=message)
         turn = Turn(run, run.start_turn())
         if stream:  # subscribe before anything can be emitted
             turn.events = EventStream(self._follow(run, self.bus.subscribe(run.key), None, 0, None))
@@ -220,7 +217,7 @@ class Engine:
         if stream:
             turn.events = self.subscribe_run(run)
         if paused:
-            run.input_waiter.set_result(message)  # the paused agent coroutine continues
+            run.resume(message)  # the paused agent coroutine continues
         else:
             ctx = TurnContext(
                 run,
@@ -234,7 +231,7 @@ class Engine:
         return turn
 
     def _start_agent(self, run: TaskRun, ctx: TurnContext) -> None:
-        run.agent_task = asyncio.get_running_loop().create_task(self._drive(run, ctx))
+        run.start_agent(self._drive(run, ctx))
 
     async def _drive(self, run: TaskRun, ctx: TurnContext) -> None:
         try:
@@ -250,7 +247,7 @@ class Engine:
         else:
             if not run.settled:
                 run.status(pb.TASK_STATE_COMPLETED, None, None)
-        run.agent_task = None
+        run.agent_ended()
         await run.finish()
 
     async def wait(self, turn: Turn) -> pb.Message | pb.Task:
@@ -418,13 +415,9 @@ class Engine:
                 f"Task {task_id} is {state_name(run.state)} and can no longer be canceled."
             )
         if run.agent_alive:
-            run.cancel_requested = True
-            agent_task = run.agent_task
-            assert agent_task is not None
-            agent_task.cancel()
-            await asyncio.wait([agent_task])  # not cancelled if this request goes away
+            await run.stop_agent(cancel=True)  # not cancelled if this request goes away
             if run.state not in TERMINAL:  # canceled before its first step: _drive never ran
-                run.agent_task = None
+                run.agent_ended()
                 run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
                 await run.finish()
         else:
@@ -459,18 +452,17 @@ class Engine:
         SHUTDOWN_MESSAGE), and commit everything; returns how many tasks were stopped."""
         runs = list(self._runs.values())
         stopped = 0
+        stopping = []
         for run in runs:
             if run.agent_alive:
-                assert run.agent_task is not None
                 if run.input_waiter is None and not run.settled:
                     stopped += 1
-                run.agent_task.cancel()
+                stopping.append(run.stop_agent(cancel=False))
+        await asyncio.gather(*stopping)
         for run in runs:
             if run.agent_task is not None:
-                await asyncio.gather(run.agent_task, return_exceptions=True)
-            if run.agent_task is not None and run.agent_task.done():
                 # Cancelled before its first step: _drive never ran to settle it.
-                run.agent_task = None
+                run.agent_ended()
                 self._stopped_by_shutdown(run)
                 await run.finish()
             try:

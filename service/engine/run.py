@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gen import a2a_pb2 as pb
@@ -37,6 +37,7 @@ class TaskRun:
         task_id: str,
         context_id: str,
         task: pb.Task | None = None,
+        first_message: pb.Message | None = None,
         seq: int = 0,
         on_idle: Callable[[TaskRun], None] | None = None,
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
@@ -56,7 +57,7 @@ class TaskRun:
         self.input_waiter: asyncio.Future[pb.Message] | None = None
         self.cancel_requested = False
         self.direct_reply: pb.Message | None = None
-        self.first_message: pb.Message | None = None
+        self.first_message = first_message  # a new task's history starts with it
         self._pending: list[StoredEvent] = []
         self._flushing = False  # a flush loop is draining _pending right now
         self._kick_scheduled = False
@@ -91,6 +92,51 @@ class TaskRun:
     def idle(self) -> bool:
         """Nothing emitted that is not yet committed."""
         return not self._pending and not self._flushing
+
+    # ---- lifecycle, as the engine drives it ---------------------------------
+
+    def loading(self) -> None:
+        """The task is being read from the store; others wait for `ready`."""
+        self.ready = asyncio.get_running_loop().create_future()
+
+    def loaded(self, task: pb.Task, seq: int) -> None:
+        """The stored task and its latest event: this run continues from there."""
+        self.task = task
+        self.context_id = task.context_id
+        self.seq = self.committed_seq = seq
+        if self.ready is not None:
+            self.ready.set_result(None)
+            self.ready = None
+
+    def load_failed(self, exc: BaseException) -> None:
+        assert self.ready is not None
+        if isinstance(exc, asyncio.CancelledError):
+            # The loading caller went away; others waiting on the load simply retry it.
+            self.ready.set_result(None)
+        else:
+            self.ready.set_exception(exc)
+            self.ready.exception()  # mark retrieved
+
+    def start_agent(self, turn: Coroutine[Any, Any, None]) -> None:
+        self.agent_task = asyncio.get_running_loop().create_task(turn)
+
+    def agent_ended(self) -> None:
+        self.agent_task = None
+
+    async def stop_agent(self, *, cancel: bool) -> None:
+        """Cancel the agent coroutine and wait until it ended; `cancel`: the caller canceled
+        the task (else the server is stopping)."""
+        agent_task = self.agent_task
+        if agent_task is None:
+            return
+        self.cancel_requested = cancel
+        agent_task.cancel()
+        await asyncio.wait([agent_task])
+
+    def resume(self, message: pb.Message) -> None:
+        """Hand a follow-up to the agent paused in `next_input`."""
+        assert self.input_waiter is not None
+        self.input_waiter.set_result(message)
 
     def start_turn(self) -> asyncio.Future[pb.Message | None]:
         self._resolve_turn(None)  # a previous turn's waiter is never left behind
