@@ -194,8 +194,13 @@ def validate(s: Settings) -> None:
         )
     if s.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"log_level: expected DEBUG, INFO, WARNING or ERROR, got {s.log_level!r}")
-    for check in (validate_push, validate_inputs, signing.validate_signing, security.validate_security,
-                  validate_netlimits):
+    for check in (
+        validate_push,
+        validate_inputs,
+        signing.validate_signing,
+        security.validate_security,
+        validate_netlimits,
+    ):
         try:
             check(s)
         except ConfigError:

@@ -333,7 +333,10 @@ class InputSettings:
 
 
 def policy_from_settings(
-    s: InputSettings, card: pb.AgentCard, lookup: ContextLookup | None = None, denied: Iterable[str] = ()
+    s: InputSettings,
+    card: pb.AgentCard,
+    lookup: ContextLookup | None = None,
+    denied: Iterable[str] = (),
 ) -> InputPolicy:
     """The policy for the configured limits, the card's input modes and the workspace roots.
     `lookup` finds a context's workspace in the task store (after a restart); `denied`: what

@@ -80,7 +80,6 @@ class NetSettings:
     grpc_max_connection_age_grace_seconds: float = 600.0  # ... once their calls end, or after this
 
 
-
 class _Listeners(Protocol):
     """What the descriptor budget needs besides the limits: which listeners run."""
 
@@ -179,7 +178,9 @@ def http_limits(s: _HttpListener) -> HttpLimits:
 def validate_netlimits(s: NetSettings) -> None:
     """Startup checks of the connection settings (ValueError naming the key)."""
     if s.grpc_max_concurrent_calls < 0:
-        raise ValueError("grpc_max_concurrent_calls: must be 0 (no limit) or a positive number of calls")
+        raise ValueError(
+            "grpc_max_concurrent_calls: must be 0 (no limit) or a positive number of calls"
+        )
     if s.max_connections < 1:
         raise ValueError(f"max_connections: must be at least 1 (got {s.max_connections})")
     if s.fd_reserve < MIN_FD_RESERVE:

@@ -80,9 +80,7 @@ def validate_push(s: PushSettings) -> None:
         if getattr(s, key) < 1:
             raise ValueError(f"{key}: must be at least 1 (got {getattr(s, key)})")
     if s.push_retry_max_seconds < s.push_retry_base_seconds:
-        raise ValueError(
-            "push_retry_max_seconds: must not be smaller than push_retry_base_seconds"
-        )
+        raise ValueError("push_retry_max_seconds: must not be smaller than push_retry_base_seconds")
     if s.push_lease_seconds <= s.push_timeout_seconds:
         raise ValueError(
             "push_lease_seconds: must be larger than push_timeout_seconds, or a delivery still "
