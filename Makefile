@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 
-.PHONY: setup run test test-unit test-integration test-interop lint gen bench clean tools help
+.PHONY: setup run check test test-unit test-integration test-interop lint gen bench clean tools help
 
 # `make` alone is `make setup` (the first target); `make help` lists the targets.
 setup: $(STAMP)  ## create .venv and install the package with its dev dependencies
@@ -26,6 +26,13 @@ tools: $(BUF)  ## install the buf CLI under .tools/
 
 run: setup  ## run the service (python -m service serve)
 	$(PY) -m service serve
+
+# What every commit must pass before the tests: formatting, lint, types, import layers.
+check: setup  ## ruff format --check, ruff check, mypy (service/, gateway/), the import contracts
+	$(PY) -m ruff format --check service gateway tests proto/codegen.py
+	$(PY) -m ruff check service gateway tests proto/codegen.py
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 # The suite has three layers (tests/unit, tests/integration, tests/interop); `make test`
 # runs them all, as CI does (.ci/run).
@@ -58,4 +65,4 @@ clean:  ## remove .venv, .tools, build/ and egg-info
 	rm -rf $(VENV) .tools build *.egg-info
 
 help:  ## list the targets, one line each
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-17s %s\n", $$1, $$2}'
