@@ -224,19 +224,22 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
         unary = {
             b: await create_client(base, _sdk_config(b, http, channels, False)) for b in bindings
         }
+
         # Load: per binding a stream of a task that outlives the drain, one that ends within
         # it, and a blocking send that outlives it; plus a pushed task and a raw SSE stream.
-        hang_seen = {b: [] for b in bindings}
-        slow_seen = {b: [] for b in bindings}
-        started = {b: asyncio.Event() for b in bindings}
-        hang_streams = {
-            b: asyncio.create_task(
-                _stream_until_end(streaming[b], "hang", started[b], hang_seen[b])
-            )
-            for b in bindings
-        }
-        for event in started.values():
-            await asyncio.wait_for(event.wait(), 20)
+        async def streams(text: str) -> tuple[dict, dict]:
+            """One a2a-sdk stream per binding, each past its first events: (ends, events)."""
+            seen: dict[str, list] = {b: [] for b in bindings}
+            started = {b: asyncio.Event() for b in bindings}
+            ends = {
+                b: asyncio.create_task(_stream_until_end(streaming[b], text, started[b], seen[b]))
+                for b in bindings
+            }
+            for event in started.values():
+                await asyncio.wait_for(event.wait(), 20)
+            return ends, seen
+
+        hang_streams, hang_seen = await streams("hang")
         blocking = {
             b: asyncio.create_task(
                 _collect(
@@ -272,15 +275,7 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
         raw_text = ""
         while raw_text.count("\n\n") < 2:  # the task snapshot and WORKING
             raw_text += await anext(raw_lines) + "\n"
-        slow_started = {b: asyncio.Event() for b in bindings}
-        slow_streams = {
-            b: asyncio.create_task(
-                _stream_until_end(streaming[b], "slow 10", slow_started[b], slow_seen[b])
-            )
-            for b in bindings
-        }
-        for event in slow_started.values():
-            await asyncio.wait_for(event.wait(), 20)
+        slow_streams, slow_seen = await streams("slow 10")
 
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
