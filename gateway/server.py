@@ -85,7 +85,7 @@ class HttpServer:
         settings: Any = None,
     ) -> None:
         """`ssl`: uvicorn's ssl_* options (service.auth.TlsFiles.uvicorn_options) for HTTPS.
-        `settings`: where the connection limits come from (service.netlimits.http_limits;
+        `settings`: where the connection limits come from (service.net.limits.http_limits;
         default: their defaults)."""
         limits = http_limits(settings) if settings is not None else HttpLimits()
         logflood.install()
@@ -117,7 +117,7 @@ class HttpServer:
             await asyncio.sleep(0.005)
 
     def _summarise_logs(self) -> None:
-        """Every minute: the summaries of repeated log records (service.logflood)."""
+        """Every minute: the summaries of repeated log records (service.net.logflood)."""
         logflood.flush()
         self._log_summaries = asyncio.get_running_loop().call_later(60, self._summarise_logs)
 

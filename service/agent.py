@@ -184,6 +184,18 @@ class TurnContext:
         await self._sink.flushed()
 
 
+NAMESPACE = "a2a_service"  # this service's key in message metadata
+CWD_KEY = "cwd"
+
+
+def cwd_of(metadata: dict[str, Any] | None) -> str | None:
+    """The accepted working directory of a turn, from its message metadata
+    (`a2a_service.cwd`, checked against workspace_roots before the agent runs)."""
+    ours = (metadata or {}).get(NAMESPACE)
+    value = ours.get(CWD_KEY) if isinstance(ours, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
 def metadata_struct(metadata: dict | None) -> struct_pb2.Struct | None:
     if not metadata:
         return None

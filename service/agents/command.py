@@ -5,7 +5,7 @@ artifact when it prints nothing, never an empty part); exit status 0 completes
 the task, anything else fails it with the tail of stderr. Cancellation sends
 SIGTERM, then SIGKILL after a grace period. The program runs
 in the message's working directory (metadata a2a_service.cwd, checked by
-service.workspace) when it names one; otherwise each context gets its own
+service.inputs.workspace) when it names one; otherwise each context gets its own
 directory under the data directory, kept across turns.
 """
 
@@ -20,8 +20,7 @@ import shlex
 import signal
 from collections.abc import Sequence
 
-from service.agent import TurnContext
-from service.inputs.workspace import cwd_of
+from service.agent import TurnContext, cwd_of
 
 CHUNK_BYTES = 64 * 1024
 FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence

@@ -1,4 +1,4 @@
-"""The composition root: builds config, store, engine, API, gRPC server (with
+"""The composition root: from the loaded settings, builds store, engine, API, gRPC server (with
 health and reflection) and, when enabled, the HTTP gateway; owns startup, drain
 and shutdown. Nothing else constructs these parts.
 
@@ -284,7 +284,7 @@ class Service:
                 ("grpc.max_receive_message_length", s.max_request_bytes),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
-                # connection limits, keepalive, idle and age (service/netlimits.py)
+                # connection limits, keepalive, idle and age (service/net/limits.py)
                 *grpc_server_options(s),
             ]
         )

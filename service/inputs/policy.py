@@ -15,11 +15,11 @@ SendMessage / SendStreamingMessage message after the generic contract checks:
   guessed from a URL's file name. A refusal is ContentTypeNotSupportedError
   naming the type and the accepted ones;
 - `url` parts: `file://` URLs must name existing readable regular files inside
-  the message's workspace (service.workspace; none unless `workspace_roots` is
+  the message's workspace (service.inputs.workspace; none unless `workspace_roots` is
   configured), sized like inline parts but with `max_file_bytes` (default
   25 MiB) for binary media; `http(s)://` only when remote URLs are enabled; any
   other scheme is refused;
-- the message's working directory and its context's workspace (service.workspace).
+- the message's working directory and its context's workspace (service.inputs.workspace).
 
 Errors name the field and the rule, never a local path or the server's setup. A
 `file://` part refused for a reason that depends on the disk (missing, not a

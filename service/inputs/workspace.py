@@ -27,17 +27,16 @@ import os
 import stat
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from google.protobuf import struct_pb2
 
 from gen import a2a_pb2 as pb
+from service.agent import CWD_KEY, NAMESPACE, cwd_of  # noqa: F401 - cwd_of: for agents
 from service.protocol.errors import A2AError, invalid_field
 from service.protocol.ids import uuid7
 from service.store import Scope
 
-NAMESPACE = "a2a_service"  # this service's key in message metadata
-CWD_KEY = "cwd"
 CWD_FIELD = f"message.metadata.{NAMESPACE}.{CWD_KEY}"
 MAX_PATH_CHARS = 4096
 BINDINGS_KEPT = (
@@ -85,13 +84,6 @@ def set_message_cwd(message: pb.Message, cwd: str) -> None:
     if ours.WhichOneof("kind") != "struct_value":
         ours.struct_value.CopyFrom(struct_pb2.Struct())
     ours.struct_value.fields[CWD_KEY].string_value = cwd
-
-
-def cwd_of(metadata: dict[str, Any] | None) -> str | None:
-    """The accepted working directory from a turn's message metadata (for agents)."""
-    ours = (metadata or {}).get(NAMESPACE)
-    value = ours.get(CWD_KEY) if isinstance(ours, dict) else None
-    return value if isinstance(value, str) and value else None
 
 
 def is_inside(path: str, base: str) -> bool:

@@ -12,7 +12,7 @@ One concept per module:
     delivery.py     the worker: POST, retry with backoff, dead-letter
     notifier.py     the parts put together for the composition root
     settings.py     validation of the push_* configuration keys
-    cli.py          `python -m service push-dead list|replay`
+    (the push-dead command line is service/app/push_cli.py)
 """
 
 from service.push.notifier import PushNotifications, open_queue
