@@ -3,9 +3,11 @@
 Both invokers expose the same two calls, keyed by the RPC's descriptor name:
 
 - `await unary(name, request, call)` -> the response message;
-- `await stream(name, request, call)` -> an async iterator of StreamResponse.
-  Errors found before the stream starts (validation, unknown task, ...) are
-  raised by the await, so the HTTP layer can still answer with a plain error.
+- `await stream(name, request, call)` -> `NumberedEvents` of StreamResponse: an
+  async iterator whose `seq` is the number of the event it yielded last (the
+  SSE event id). Errors found before the stream starts (validation, unknown
+  task, ...) are raised by the await, so the HTTP layer can still answer with a
+  plain error.
 
 The in-process invoker calls `A2AApi` directly (no network hop, no
 re-serialization). The gRPC invoker is the proxy mode: it forwards the
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import grpc
@@ -26,6 +28,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
 from service.api import CallContext
+from service.engine.stream import NumberedEvents
 from service.grpc_binding import status_details
 from service.protocol.admission import Gate
 from service.protocol.errors import (
@@ -47,7 +50,7 @@ class Invoker(Protocol):
 
     async def stream(
         self, name: str, request: Message, call: CallContext
-    ) -> AsyncIterator[Message]: ...
+    ) -> NumberedEvents[Message]: ...
 
     async def close(self) -> None: ...
 
@@ -70,7 +73,7 @@ class InProcessInvoker:
 
     async def stream(
         self, name: str, request: Message, call: CallContext
-    ) -> AsyncIterator[Message]:
+    ) -> NumberedEvents[Message]:
         return await self._handlers[name](request, call)
 
     async def close(self) -> None:
@@ -90,7 +93,7 @@ class GatedInvoker:
 
     async def stream(
         self, name: str, request: Message, call: CallContext
-    ) -> AsyncIterator[Message]:
+    ) -> NumberedEvents[Message]:
         self._gate.check()
         return await self._inner.stream(name, request, call)
 
@@ -125,7 +128,7 @@ def error_from_grpc(exc: grpc.aio.AioRpcError) -> A2AError:
     """An upstream gRPC error as the A2AError it was raised as (by its ErrorInfo reason)."""
     info, violations = status_details(exc)
     cls = BY_REASON.get(info.reason) if info is not None else None
-    if cls is not None:
+    if info is not None and cls is not None:
         return cls(exc.details() or None, metadata=dict(info.metadata), field_violations=violations)
     fallback = _BY_CODE.get(exc.code())
     if fallback is not None:
@@ -172,7 +175,7 @@ class GrpcInvoker:
 
     async def stream(
         self, name: str, request: Message, call: CallContext
-    ) -> AsyncIterator[Message]:
+    ) -> NumberedEvents[Message]:
         rpc = self._stream[name](request, metadata=_metadata(call))
         iterator = rpc.__aiter__()
         first = asyncio.ensure_future(anext(iterator, None))
@@ -182,7 +185,7 @@ class GrpcInvoker:
                 first.result()
             except grpc.aio.AioRpcError as exc:
                 raise error_from_grpc(exc) from None
-        return self._relay(rpc, iterator, first)
+        return Unnumbered(self._relay(rpc, iterator, first))
 
     def end_streams(self, error: BaseException) -> int:
         """End every relayed stream with `error` (a draining proxy); returns how many."""
@@ -197,7 +200,7 @@ class GrpcInvoker:
 
     async def _relay(
         self, rpc: grpc.aio.UnaryStreamCall, iterator: AsyncIterator[Message], first: asyncio.Future
-    ) -> AsyncIterator[Message]:
+    ) -> AsyncGenerator[Message, None]:
         self._open.add(rpc)
         try:
             try:
@@ -219,6 +222,26 @@ class GrpcInvoker:
                 first.cancel()
             with contextlib.suppress(Exception):
                 rpc.cancel()  # a client that went away ends only its own upstream stream
+
+
+class Unnumbered:
+    """A relayed stream as `NumberedEvents`: the upstream's event numbers do not cross
+    gRPC, so `seq` is always None (its SSE events carry no id)."""
+
+    __slots__ = ("_source",)
+    seq = None
+
+    def __init__(self, source: AsyncGenerator[Message, None]) -> None:
+        self._source = source
+
+    def __aiter__(self) -> Unnumbered:
+        return self
+
+    async def __anext__(self) -> Message:
+        return await self._source.__anext__()
+
+    async def aclose(self) -> None:
+        await self._source.aclose()
 
 
 def _serialize(message: Message) -> bytes:

@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 
+from service.engine.stream import NumberedEvents
 from service.protocol.errors import A2AError, as_a2a_error
 
 Framer = Callable[[Message], str]
@@ -33,23 +34,21 @@ def _keepalive() -> ServerSentEvent:
 
 
 async def _frames(
-    events: AsyncIterator[Message], frame: Framer, frame_error: ErrorFramer, where: str
+    events: NumberedEvents[Message], frame: Framer, frame_error: ErrorFramer, where: str
 ) -> AsyncIterator[ServerSentEvent]:
     try:
         async for event in events:
-            seq = getattr(events, "seq", None)  # set by the engine's numbered streams
+            seq = events.seq
             yield ServerSentEvent(frame(event), id=str(seq) if seq else None)
     except Exception as exc:
         yield ServerSentEvent(frame_error(as_a2a_error(exc, where)), event="error")
     finally:
-        close = getattr(events, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
+        with contextlib.suppress(Exception):
+            await events.aclose()
 
 
 def event_stream(
-    events: AsyncIterator[Message],
+    events: NumberedEvents[Message],
     *,
     frame: Framer,
     frame_error: ErrorFramer,

@@ -5,14 +5,35 @@ also tells the sequence number of the event it yielded last, as `seq` (None
 for an event without one, e.g. a direct Message reply). The HTTP gateway sends
 it as the SSE event id, so a client can resume SubscribeToTask with
 `Last-Event-ID`.
+
+`NumberedEvents` is that contract as a type, for whoever consumes a stream
+without knowing who made it (the gateway's invokers: in-process it is an
+EventStream, in proxy mode a relay whose `seq` is always None).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Protocol, TypeVar
 
 from gen import a2a_pb2 as pb
 from service.store import StoredEvent
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class NumberedEvents(Protocol[T_co]):
+    """An async iterator of events that tells the sequence number of the one it yielded
+    last (`seq`, None when that event has none) and can be closed early."""
+
+    @property
+    def seq(self) -> int | None: ...
+
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
+
+    async def __anext__(self) -> T_co: ...
+
+    async def aclose(self) -> None: ...
 
 
 class EventStream:
