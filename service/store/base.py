@@ -9,6 +9,8 @@ both, so configs share the tasks' durability.
 
 from __future__ import annotations
 
+import builtins
+
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -72,13 +74,15 @@ class TaskStore(Protocol):
     async def list(self, scope: Scope, query: TaskQuery) -> TaskPage:
         """Newest status timestamp first, then task id descending."""
 
-    async def events_after(self, scope: Scope, task_id: str, seq: int) -> list[StoredEvent]:
+    async def events_after(
+        self, scope: Scope, task_id: str, seq: int
+    ) -> builtins.list[StoredEvent]:
         """Stored events of a task with sequence number > seq, in order."""
 
     async def last_seq(self, scope: Scope, task_id: str) -> int:
         """Highest stored event sequence of the task (0 when none)."""
 
-    async def unsettled(self) -> list[tuple[Scope, pb.Task]]:
+    async def unsettled(self) -> builtins.list[tuple[Scope, pb.Task]]:
         """Tasks in SUBMITTED or WORKING state: after a restart nobody runs them."""
 
 
@@ -94,7 +98,7 @@ class PushConfigStore(Protocol):
 
     async def list_push_configs(
         self, scope: Scope, task_id: str, page_size: int, after_id: str | None
-    ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
+    ) -> tuple[builtins.list[pb.TaskPushNotificationConfig], str | None]:
         """Ordered by config id; returns (configs, last id when more follow else None)."""
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 import os
 
 from gen import a2a_pb2 as pb
@@ -57,14 +59,16 @@ class MemoryTaskStore:
         next_cursor = (page[-1][0], page[-1][1]) if more and page else None
         return TaskPage([r[2] for r in page], total, next_cursor)
 
-    async def events_after(self, scope: Scope, task_id: str, seq: int) -> list[StoredEvent]:
+    async def events_after(
+        self, scope: Scope, task_id: str, seq: int
+    ) -> builtins.list[StoredEvent]:
         return [e for e in self._events.get((scope, task_id), []) if e.seq > seq]
 
     async def last_seq(self, scope: Scope, task_id: str) -> int:
         events = self._events.get((scope, task_id))
         return events[-1].seq if events else 0
 
-    async def unsettled(self) -> list[tuple[Scope, pb.Task]]:
+    async def unsettled(self) -> builtins.list[tuple[Scope, pb.Task]]:
         found = []
         for (scope, _), raw in self._tasks.items():
             task = pb.Task.FromString(raw)
@@ -85,7 +89,7 @@ class MemoryTaskStore:
 
     async def list_push_configs(
         self, scope: Scope, task_id: str, page_size: int, after_id: str | None
-    ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
+    ) -> tuple[builtins.list[pb.TaskPushNotificationConfig], str | None]:
         configs = self._configs.get((scope, task_id), {})
         ids = sorted(i for i in configs if after_id is None or i > after_id)
         page = ids[:page_size]

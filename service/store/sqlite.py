@@ -48,6 +48,8 @@ surface to callers only as `RuntimeError("task store unavailable")`.
 
 from __future__ import annotations
 
+import builtins
+
 import asyncio
 import logging
 import os
@@ -824,9 +826,11 @@ class SqliteTaskStore:
             return [(None, _unavailable()) for _ in batch]
 
     @staticmethod
-    def _run_fast(conn: sqlite3.Connection, batch: list[_Op]) -> list[tuple[Any, None]]:
+    def _run_fast(
+        conn: sqlite3.Connection, batch: list[_Op]
+    ) -> list[tuple[Any, BaseException | None]]:
         """The common case, every call succeeds: all saves at once, no savepoints."""
-        results: list[tuple[Any, None]] = [(None, None)] * len(batch)
+        results: list[tuple[Any, BaseException | None]] = [(None, None)] * len(batch)
         saves = [args for fn, args, _ in batch if fn is _w_save]
         if saves:
             _w_save_many(conn, saves)
@@ -948,13 +952,15 @@ class SqliteTaskStore:
     async def list(self, scope: Scope, query: TaskQuery) -> TaskPage:
         return await self._read(_r_list, scope, query)
 
-    async def events_after(self, scope: Scope, task_id: str, seq: int) -> list[StoredEvent]:
+    async def events_after(
+        self, scope: Scope, task_id: str, seq: int
+    ) -> builtins.list[StoredEvent]:
         return await self._read(_r_events_after, scope, task_id, seq)
 
     async def last_seq(self, scope: Scope, task_id: str) -> int:
         return await self._read(_r_last_seq, scope, task_id)
 
-    async def unsettled(self) -> list[tuple[Scope, pb.Task]]:
+    async def unsettled(self) -> builtins.list[tuple[Scope, pb.Task]]:
         return await self._read(_r_unsettled)
 
     async def get_push_config(
@@ -964,5 +970,5 @@ class SqliteTaskStore:
 
     async def list_push_configs(
         self, scope: Scope, task_id: str, page_size: int, after_id: str | None
-    ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
+    ) -> tuple[builtins.list[pb.TaskPushNotificationConfig], str | None]:
         return await self._read(_r_list_configs, scope, task_id, page_size, after_id)
