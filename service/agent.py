@@ -35,7 +35,9 @@ class Agent(Protocol):
 class TurnSink(Protocol):
     """What the engine offers a turn; TurnContext is the friendly face of it."""
 
-    def status(self, state: int, message: pb.Message | None, metadata: dict | None) -> None: ...
+    def status(
+        self, state: pb.TaskState, message: pb.Message | None, metadata: dict | None
+    ) -> None: ...
     def artifact(
         self, artifact: pb.Artifact, append: bool, last_chunk: bool, metadata: dict | None
     ) -> None: ...
@@ -147,7 +149,7 @@ class TurnContext:
 
     async def reply(self, content: PartsLike | pb.Message) -> None:
         """Answer directly with a Message; no task is stored when this is the turn's only output."""
-        self._sink.reply(self._msg(content))
+        self._sink.reply(agent_message(content, self.task_id, self.context_id))
 
     async def complete(self, content: PartsLike | pb.Message | None = None) -> None:
         self._sink.status(pb.TASK_STATE_COMPLETED, self._msg(content), None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from gen import a2a_pb2 as pb
@@ -203,6 +203,7 @@ class Engine:
             paused = run.input_waiter is not None and not run.input_waiter.done()
             if run.agent_alive and not paused:
                 # The previous turn settled but its agent is still winding down: let it end.
+                assert run.agent_task is not None  # agent_alive says so
                 await asyncio.wait([run.agent_task])
                 continue
             if not run.idle:
@@ -303,7 +304,7 @@ class Engine:
 
     async def _stored_only(
         self, scope: Scope, task: pb.Task, after_seq: int | None
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncGenerator[StoredEvent, None]:
         """A task nobody is running here: its snapshot (or missed events), then the end."""
         if after_seq is None:
             yield StoredEvent(
@@ -333,7 +334,7 @@ class Engine:
         first: pb.StreamResponse | None,
         seen: int,
         replay_after: int | None,
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncGenerator[StoredEvent, None]:
         """Yield `first`, then stored events after `replay_after`, then live events after
         `seen`, until the turn settles (the task reaches a terminal or interrupted state)."""
         try:
@@ -356,8 +357,10 @@ class Engine:
                 if is_settling(stored.event):
                     return
             turn = run.turn
-            if turn is not None and turn.done() and not turn.cancelled() and turn.exception():
-                raise turn.exception()
+            if turn is not None and turn.done() and not turn.cancelled():
+                failure = turn.exception()
+                if failure is not None:
+                    raise failure
         finally:
             sub.close()
 

@@ -161,7 +161,9 @@ class TaskRun:
         event.task.CopyFrom(task)
         self._queue(event)
 
-    def status(self, state: int, message: pb.Message | None, metadata: dict | None) -> None:
+    def status(
+        self, state: pb.TaskState, message: pb.Message | None, metadata: dict | None
+    ) -> None:
         self._check_open()
         if state in (pb.TASK_STATE_UNSPECIFIED, pb.TASK_STATE_SUBMITTED):
             raise InvalidAgentResponseError(f"An agent cannot set the state {state_name(state)}.")
@@ -210,7 +212,7 @@ class TaskRun:
         self.task.history.append(message)
         self._set_status(pb.TASK_STATE_WORKING, None, None)
 
-    def force_state(self, state: int, text: str) -> None:
+    def force_state(self, state: pb.TaskState, text: str) -> None:
         """Engine-made terminal state (cancel, failure, restart recovery)."""
         if self.direct_reply is not None or (self.task is not None and self.state in TERMINAL):
             return
@@ -232,7 +234,9 @@ class TaskRun:
         if self.state != pb.TASK_STATE_WORKING:
             self._set_status(pb.TASK_STATE_WORKING, None, None)
 
-    def _set_status(self, state: int, message: pb.Message | None, metadata: dict | None) -> None:
+    def _set_status(
+        self, state: pb.TaskState, message: pb.Message | None, metadata: dict | None
+    ) -> None:
         assert self.task is not None
         status = self.task.status
         status.Clear()
