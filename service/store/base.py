@@ -10,7 +10,6 @@ both, so configs share the tasks' durability.
 from __future__ import annotations
 
 import builtins
-
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-
 import os
 
 from gen import a2a_pb2 as pb

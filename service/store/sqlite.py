@@ -48,9 +48,8 @@ surface to callers only as `RuntimeError("task store unavailable")`.
 
 from __future__ import annotations
 
-import builtins
-
 import asyncio
+import builtins
 import logging
 import os
 import sqlite3
