@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from google.protobuf import empty_pb2
+from google.protobuf.message import Message as ProtoMessage
 
 from gen import a2a_pb2 as pb
 from service.agent import Caller
-from service.cards.card import CardBuilder
+from service.cards.card import Cards
 from service.engine.registry import Engine
 from service.inputs.policy import InputPolicy
 from service.protocol.admission import Gate
@@ -79,7 +80,7 @@ class A2AApi:
     def __init__(
         self,
         engine: Engine,
-        cards: CardBuilder,
+        cards: Cards,
         *,
         push_notifications: bool = False,
         required_extensions: tuple[str, ...] = (),
@@ -97,7 +98,7 @@ class A2AApi:
 
     # ---- shared checks -----------------------------------------------------
 
-    def _admit(self, call: CallContext, request: object) -> Scope:
+    def _admit(self, call: CallContext, request: ProtoMessage) -> Scope:
         if self.gate.closed:
             self.gate.check()
         version = call.version
@@ -113,8 +114,8 @@ class A2AApi:
                 f"This agent requires the extension(s) {', '.join(missing)}; list them in the "
                 "A2A-Extensions header (gRPC metadata 'a2a-extensions')."
             )
-        check_required(request)  # type: ignore[arg-type]
-        return Scope(tenant=check_tenant(request), owner=call.principal)  # type: ignore[arg-type]
+        check_required(request)
+        return Scope(tenant=check_tenant(request), owner=call.principal)
 
     def _caller(self, call: CallContext, scope: Scope) -> Caller:
         # Credentials never reach the agent, even when this service does not check them.

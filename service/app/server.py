@@ -30,19 +30,20 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
+from starlette.types import ASGIApp
 
 from gateway.app import build_app
 from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
 from gen import a2a_pb2 as pb
-from service.agent import load_agent
+from service.agent import Agent, load_agent
 from service.api import A2AApi
 from service.app.config import ConfigError, Settings, secret_files
 from service.app.ownership import LOCK_FILE, InUseError, Ownership
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
-from service.cards.card import CardBuilder, interface
+from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.bus import InProcessBus
 from service.engine.registry import Engine
@@ -104,7 +105,7 @@ def _bind_reason(host: str, port: int) -> str:
     return ""
 
 
-def build_agent(settings: Settings):
+def build_agent(settings: Settings) -> Agent:
     if settings.agent == "command":
         workspaces = f"{settings.data_dir}/workspaces"
         return load_agent(
@@ -122,7 +123,7 @@ class Service:
     store: Store | None = None
     engine: Engine | None = None
     api: A2AApi | None = None
-    cards: CardBuilder | None = None
+    cards: Cards | None = None
     grpc_server: grpc.aio.Server | None = None
     health: HealthServicer | None = None
     grpc_port: int = 0
@@ -182,7 +183,7 @@ class Service:
     async def _start_gateway(self) -> None:
         s = self.settings
         assert self.http is not None and self.cards is not None and self.invoker is not None
-        app = build_app(
+        app: ASGIApp = build_app(
             invoker=self.invoker,
             service=SERVICE,
             card=self.cards.public_card(),
@@ -248,7 +249,7 @@ class Service:
                 f"data_dir: cannot create or lock {data_dir}: {exc.strerror or exc}"
             ) from None
 
-    async def _start_core(self, agent: object) -> None:
+    async def _start_core(self, agent: Agent) -> None:
         """Store, engine, API and the gRPC server (with health and reflection)."""
         s = self.settings
         with _setting("store"):
@@ -362,14 +363,14 @@ class Service:
             )
         return interfaces
 
-    def _cards(self, agent: object) -> CardBuilder:
+    def _cards(self, agent: Agent) -> Cards:
         """The card builder; with card signing configured, its cards come out signed."""
         builder = self._card_builder(agent)
         base = next((i.url for i in self._interfaces() if i.protocol_binding == "JSONRPC"), "")
         self.signer = signer_from_settings(self.settings, base if self.http is not None else "")
-        return builder if self.signer is None else SignedCards(builder, self.signer)  # type: ignore[return-value]
+        return builder if self.signer is None else SignedCards(builder, self.signer)
 
-    def _card_builder(self, agent: object) -> CardBuilder:
+    def _card_builder(self, agent: Agent) -> CardBuilder:
         s = self.settings
         interfaces = self._interfaces()
         security = advertised(self.auth, self.tls)

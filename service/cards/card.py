@@ -5,7 +5,7 @@ Both come from this one builder, so the two can never disagree about the agent.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf import json_format
 
@@ -19,6 +19,14 @@ def skill_from(value: Any) -> pb.AgentSkill:
     if isinstance(value, pb.AgentSkill):
         return value
     return json_format.ParseDict(value, pb.AgentSkill())
+
+
+class Cards(Protocol):
+    """What serves the two cards: a CardBuilder, or a SignedCards around one."""
+
+    def public_card(self) -> pb.AgentCard: ...
+
+    def extended_card(self) -> pb.AgentCard: ...
 
 
 class CardBuilder:

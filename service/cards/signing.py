@@ -23,7 +23,7 @@ import hmac
 import json
 import os
 import pathlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
+from service.cards.card import Cards
 
 JWS_TYPE = "JOSE"
 HS256_MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: a key at least as long as the hash output
@@ -48,7 +49,11 @@ _EC_ALGS = {
     "secp384r1": ("ES384", "P-384", hashes.SHA384, 48),
     "secp521r1": ("ES512", "P-521", hashes.SHA512, 66),
 }
-_JWK_CURVES = {"P-256": ec.SECP256R1, "P-384": ec.SECP384R1, "P-521": ec.SECP521R1}
+_JWK_CURVES: dict[str, Callable[[], ec.EllipticCurve]] = {
+    "P-256": ec.SECP256R1,
+    "P-384": ec.SECP384R1,
+    "P-521": ec.SECP521R1,
+}
 
 
 class SigningError(ValueError):
@@ -128,7 +133,7 @@ def _int_b64(n: int, size: int | None = None) -> str:
     return b64url(n.to_bytes(length, "big"))
 
 
-def public_jwk(key: Any) -> dict[str, str]:
+def public_jwk(key: object) -> dict[str, str]:
     """The members of a public key's JWK (RFC 7517/7518/8037), without kid/alg/use."""
     if isinstance(key, ec.EllipticCurvePublicKey):
         alg_info = _EC_ALGS.get(key.curve.name)
@@ -145,8 +150,8 @@ def public_jwk(key: Any) -> dict[str, str]:
             "y": _int_b64(numbers.y, size),
         }
     if isinstance(key, rsa.RSAPublicKey):
-        numbers = key.public_numbers()
-        return {"kty": "RSA", "n": _int_b64(numbers.n), "e": _int_b64(numbers.e)}
+        rsa_numbers = key.public_numbers()
+        return {"kty": "RSA", "n": _int_b64(rsa_numbers.n), "e": _int_b64(rsa_numbers.e)}
     if isinstance(key, ed25519.Ed25519PublicKey):
         raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw)}
@@ -161,7 +166,7 @@ def thumbprint(jwk: Mapping[str, str]) -> str:
     return b64url(hashlib.sha256(text.encode()).digest())
 
 
-def alg_for(public: Any) -> str:
+def alg_for(public: object) -> str:
     if isinstance(public, ec.EllipticCurvePublicKey):
         info = _EC_ALGS.get(public.curve.name)
         if info is None:
@@ -344,7 +349,7 @@ class CardSigner:
 class SignedCards:
     """A CardBuilder whose public and extended cards come out signed."""
 
-    def __init__(self, builder: Any, signer: CardSigner) -> None:
+    def __init__(self, builder: Cards, signer: CardSigner) -> None:
         self.builder = builder
         self.signer = signer
         self._cache: dict[bytes, pb.AgentCard] = {}
