@@ -63,7 +63,7 @@ def status_details(
 ) -> tuple[error_details_pb2.ErrorInfo | None, list[tuple[str, str]]]:
     """The reverse of error_status, as a gRPC client sees it: the first ErrorInfo and
     the BadRequest field violations (field, description) in the status details."""
-    status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    status = rpc_status.from_call(err)
     info: error_details_pb2.ErrorInfo | None = None
     violations: list[tuple[str, str]] = []
     for detail in status.details if status is not None else ():
@@ -183,6 +183,7 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
 async def _refuse(
     request: Undecodable, context: grpc.aio.ServicerContext, authenticate: Authenticator | None
 ) -> None:
+    err: A2AError
     try:
         await call_context(context, authenticate)  # UnauthenticatedError first, as for any call
         err = InvalidRequestError(

@@ -345,8 +345,11 @@ def _has_hs256(card: dict[str, Any]) -> bool:
     """Whether a signature of the card says HS256 (needs the shared secret to check)."""
     signatures = card.get("signatures")
     for sig in signatures if isinstance(signatures, list) else []:
+        protected = sig.get("protected") if isinstance(sig, dict) else None
+        if not isinstance(protected, str):
+            continue  # decode_header would refuse it too
         try:
-            if isinstance(sig, dict) and decode_header(sig.get("protected")).get("alg") == "HS256":
+            if decode_header(protected).get("alg") == "HS256":
                 return True
         except SigningError:
             continue

@@ -81,9 +81,10 @@ def _where(settings: config.Settings, queue: Any) -> str:
 
 async def _run(args: argparse.Namespace, settings: config.Settings) -> int:
     from service.push import open_queue
+    from service.push.queue_file import FileQueue
 
     queue = open_queue(settings, settings.data_dir)
-    if settings.push_queue != "redis-streams" and not queue.root.is_dir():
+    if isinstance(queue, FileQueue) and not queue.root.is_dir():  # the local-file queue
         # A wrong data directory: say so (replay would create a queue nobody reads).
         print(
             f"no push queue at {queue.root.absolute()}: is --data-dir right? "

@@ -159,7 +159,7 @@ class KeySet:
         """Blocking: read or fetch the document (run in a thread)."""
         if self.file:
             return signing_keys(read_json(self.file), self.file)
-        url = self.url
+        url: str | None = self.url
         if not url:
             discovery = _fetch_json(self.discovery_url)
             url = discovery.get("jwks_uri") if isinstance(discovery, dict) else None

@@ -101,7 +101,11 @@ class Dispatcher:
                 config = (
                     await self.store.get_push_config(scope, task_id, config_id) if task else None
                 )
-                if config is None or (task.status.state in TERMINAL and seq >= last):
+                if (
+                    config is None
+                    or task is None
+                    or (task.status.state in TERMINAL and seq >= last)
+                ):
                     await self.queue.drop_cursor(cursor)
                     continue
                 self._known.add(cursor)
