@@ -32,9 +32,11 @@ import logging
 import re
 import socket
 import time
+from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
+from redis.typing import StreamRangeResponse, XReadGroupResponse
 
 from service.push.queue_base import CursorKey, CursorMove, DeadJob, Job, Lease, TaskKey, task_hash
 
@@ -135,6 +137,33 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 if redis.call('HLEN', KEYS[1]) == 0 then redis.call('HDEL', KEYS[2], ARGV[2]) end
 return 1
 """
+
+
+# Replies as this queue's client gets them: it is made with decode_responses=True and speaks
+# RESP2 (redis-py's default), so ids, names and values are str, never bytes, and a stream
+# read is [[stream, entries]]. redis-py types its replies for every protocol and decoding;
+# these helpers narrow them to that one form.
+_Entry = tuple[str, dict[str, str] | None]  # entry id, fields (None: deleted while pending)
+
+
+def _read_entries(reply: XReadGroupResponse) -> list[_Entry]:
+    """The entries of the one stream an XREADGROUP named ([] when it read nothing)."""
+    if not reply:
+        return []
+    assert isinstance(reply, list)  # RESP2: [[stream, entries]]
+    entries: list[_Entry] = reply[0][1]
+    return entries
+
+
+def _range_entries(reply: StreamRangeResponse | None) -> list[tuple[str, dict[str, str]]]:
+    """XRANGE entries of the dead stream (each one written with its fields)."""
+    assert reply is not None  # RESP2 answers a list, empty when nothing is in the range
+    return cast(list[tuple[str, dict[str, str]]], reply)
+
+
+def _str_hash(reply: dict[bytes | str, bytes | str]) -> dict[str, str]:
+    """An HGETALL reply (decoded: str keys and values)."""
+    return cast(dict[str, str], reply)
 
 
 def safe_url(url: str) -> str:
@@ -258,7 +287,7 @@ class RedisQueue:
             got = await self.r.xreadgroup(
                 self.group, self.consumer, {self.stream: self._own_pending}, count=limit
             )
-            mine = got[0][1] if got else []
+            mine = _read_entries(got)
             entries += [(eid, fields) for eid, fields in mine if eid not in self._active]
             self._own_pending = mine[-1][0] if mine else None
         if len(entries) < limit:
@@ -275,7 +304,7 @@ class RedisQueue:
             got = await self.r.xreadgroup(
                 self.group, self.consumer, {self.stream: ">"}, count=limit - len(entries)
             )
-            entries += [(eid, fields) for eid, fields in (got[0][1] if got else [])]
+            entries += [(eid, fields) for eid, fields in _read_entries(got)]
         out = []
         for eid, fields in entries:
             if not fields or "job" not in fields:  # deleted while pending
@@ -324,14 +353,14 @@ class RedisQueue:
     # ---- dead letters ------------------------------------------------------
 
     async def list_dead(self, limit: int = 100) -> list[DeadJob]:
-        entries = await self.r.xrange(self.dead_stream, "-", "+", count=limit)
+        entries = _range_entries(await self.r.xrange(self.dead_stream, "-", "+", count=limit))
         return [_dead(eid, fields) for eid, fields in entries]
 
     async def replay_dead(self, ids: list[str] | None = None) -> int:
         if ids is None:
             targets, start = [], "-"
             while True:
-                page = await self.r.xrange(self.dead_stream, start, "+", count=500)
+                page = _range_entries(await self.r.xrange(self.dead_stream, start, "+", count=500))
                 targets += [_dead(eid, fields) for eid, fields in page]
                 if len(page) < 500:
                     break
@@ -340,9 +369,8 @@ class RedisQueue:
             targets = []
             for eid in ids:
                 if _ENTRY_ID.fullmatch(eid):  # anything else names no entry
-                    targets += [
-                        _dead(e, f) for e, f in await self.r.xrange(self.dead_stream, eid, eid)
-                    ]
+                    found = _range_entries(await self.r.xrange(self.dead_stream, eid, eid))
+                    targets += [_dead(e, f) for e, f in found]
         count = 0
         now = time.time()
         for dead in targets:
@@ -361,12 +389,12 @@ class RedisQueue:
     # ---- cursors -----------------------------------------------------------
 
     async def cursors(self, task: TaskKey) -> dict[str, int]:
-        found = await self.r.hgetall(self._cursor_key(task))
+        found = _str_hash(await self.r.hgetall(self._cursor_key(task)))
         return {k: int(v) for k, v in found.items()}
 
     async def cursor_tasks(self) -> list[TaskKey]:
         found = await self.r.hgetall(self.cursor_index)
-        return [tuple(json.loads(v)) for v in found.values()]  # type: ignore[misc]
+        return [tuple(json.loads(v)) for v in found.values()]
 
     async def start_cursor(self, key: CursorKey, seq: int) -> None:
         task = key[:3]
