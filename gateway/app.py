@@ -1,6 +1,6 @@
 """The gateway's starlette application.
 
-    POST /                              JSON-RPC 2.0 (jsonrpc.py)
+    POST /                              JSON-RPC 2.0 (jsonrpc_http.py over jsonrpc.py)
     GET  /.well-known/agent-card.json   the public agent card (card.py)
     GET  /health                        {"status": "healthy"}; 503 while draining
     GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
@@ -27,8 +27,9 @@ from starlette.routing import Route
 from gateway.auth import HttpAuth
 from gateway.body import MAX_BODY_BYTES, json_response
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
+from gateway.dispatch import HttpOptions
 from gateway.invoker import Invoker
-from gateway.jsonrpc import JsonRpcEndpoint
+from gateway.jsonrpc_http import JsonRpcEndpoint
 from gateway.jwks import JwksEndpoint
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
@@ -61,12 +62,9 @@ def build_app(
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again)."""
-    jsonrpc = JsonRpcEndpoint(
-        invoker, service, keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes
-    )
-    rest = RestEndpoint(
-        invoker, service, keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes
-    )
+    options = HttpOptions(keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes)
+    jsonrpc = JsonRpcEndpoint(invoker, service, options)
+    rest = RestEndpoint(invoker, service, options)
     jsonrpc_handle, rest_handle = jsonrpc.handle, rest.handle
     if auth is not None:
         guard = HttpAuth(auth, forward_credentials=forward_credentials).guard

@@ -19,8 +19,9 @@ from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import JSON_MEDIA_TYPE, json_response
-from gateway.errors import MethodNotAllowedError, http_headers, rest_error_body
+from gateway.body import JSON_MEDIA_TYPE
+from gateway.dispatch import REST_JSON, forward_error
+from gateway.errors import MethodNotAllowedError
 from gateway.transcode import dumps, to_json_dict
 
 WELL_KNOWN_PATH = "/.well-known/agent-card.json"
@@ -59,8 +60,8 @@ class CardEndpoint:
 
     async def handle(self, request: Request) -> Response:
         if request.method not in ("GET", "HEAD"):
-            err = MethodNotAllowedError("The agent card is read with GET.", ["GET", "HEAD"])
-            return json_response(rest_error_body(err), err.http_status, headers=http_headers(err))
+            refused = MethodNotAllowedError("The agent card is read with GET.", ["GET", "HEAD"])
+            return forward_error(refused, REST_JSON, request.url.path)
         inm = request.headers.get("if-none-match")
         ims = request.headers.get("if-modified-since")
         if (inm is not None and if_none_match_hits(inm, self.etag)) or (

@@ -1,45 +1,43 @@
-"""The JSON-RPC 2.0 binding: `POST /`.
+"""JSON-RPC 2.0: request documents in, response documents out; no HTTP here.
 
 The method table is the service descriptor: method names are the RPC names
 (`SendMessage`, `GetTask`, ...), `params` is the request message in ProtoJSON,
-`result` the response message. Server-streaming RPCs answer with an event
-stream whose events are JSON-RPC responses carrying the request id.
+`result` the response message. `JsonRpcDispatcher.dispatch` takes a parsed
+request document and a call context and answers a reply (replies.py): a
+response document, an error document, or for server-streaming RPCs a stream
+of response documents carrying the request id. It knows nothing of the
+transport, so JSON-RPC over HTTP (jsonrpc_http.py) is a thin adapter over it,
+and other framings (WebSocket, newline-delimited over a socket) can be too.
 
-Errors: -32700 unparsable JSON; -32600 invalid envelope (not an object, a
-batch, `jsonrpc` not "2.0", a missing or ill-typed `id`, a missing or
-non-string `method`); -32601 unknown method; -32602 bad params (BadRequest
-details name the field); -32603 internal; A2A errors -32001..-32009. Every
-error's `data` is the array of typed details (`google.rpc.ErrorInfo`, ...).
-JSON-RPC errors travel with HTTP 200, as JSON-RPC over HTTP does, except
-transport-level refusals (401, 405, 413, 415, and 503 while the server drains)
-which keep their HTTP status.
+Errors: -32600 invalid envelope (not an object, a batch, `jsonrpc` not "2.0",
+a missing or ill-typed `id`, a missing or non-string `method`); -32601 unknown
+method; -32602 bad params (BadRequest details name the field); -32603
+internal; A2A errors -32001..-32009. Every error's `data` is the array of
+typed details (`google.rpc.ErrorInfo`, ...). A document that is not JSON
+(-32700) is the transport's to refuse, as it parses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
-from starlette.requests import Request
-from starlette.responses import Response
 
-from gateway.body import JSON_MEDIA_TYPE, MAX_BODY_BYTES, read_json_body
-from gateway.errors import MethodNotAllowedError, http_headers, jsonrpc_error_body
+from gateway.errors import jsonrpc_error_body
 from gateway.invoker import Invoker
-from gateway.params import PRINCIPAL_KEY, call_context
-from gateway.sse import event_stream
-from gateway.transcode import build_request, dumps, dumps_str, parse_json_body, to_json_dict
+from gateway.replies import Document, ErrorReply, Reply, invoke
+from gateway.transcode import build_request, to_json_dict
+from service.api import CallContext
 from service.protocol.errors import (
     A2AError,
     InvalidParamsError,
     InvalidRequestError,
     MethodNotFoundError,
-    as_a2a_error,
 )
-
-_KEEP_HTTP_STATUS = frozenset({401, 405, 413, 415, 503})
 
 
 def method_table(service: ServiceDescriptor) -> dict[str, tuple[MethodDescriptor, type[Message]]]:
@@ -47,13 +45,26 @@ def method_table(service: ServiceDescriptor) -> dict[str, tuple[MethodDescriptor
     return {m.name: (m, message_factory.GetMessageClass(m.input_type)) for m in service.methods}
 
 
-def _request_id(envelope: dict[str, Any]) -> Any:
-    """The id to echo in an error about this envelope (null when unusable)."""
-    rid = envelope.get("id")
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """The response documents for one request id (the replies' Renderer)."""
+
+    id: Any
+
+    def result(self, message: Message) -> Document:
+        return {"jsonrpc": "2.0", "id": self.id, "result": to_json_dict(message)}
+
+    def error(self, err: A2AError) -> Document:
+        return jsonrpc_error_body(err, self.id)
+
+
+def request_id(doc: Any) -> Any:
+    """The id to echo in an answer to `doc` (null when there is no usable one)."""
+    rid = doc.get("id") if isinstance(doc, dict) else None
     return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
 
 
-def _check_envelope(doc: Any) -> tuple[Any, str, Any]:
+def _check_envelope(doc: Any) -> tuple[str, dict[str, Any]]:
     if isinstance(doc, list):
         raise InvalidRequestError(
             "Batch requests are not supported; send one JSON-RPC request object per call."
@@ -77,42 +88,23 @@ def _check_envelope(doc: Any) -> tuple[Any, str, Any]:
         params = {}
     if not isinstance(params, dict):
         raise InvalidParamsError('"params" must be an object: the request message in ProtoJSON.')
-    return rid, method, params
+    return method, params
 
 
-class JsonRpcEndpoint:
-    def __init__(
-        self,
-        invoker: Invoker,
-        service: ServiceDescriptor,
-        *,
-        keepalive_seconds: float,
-        max_body_bytes: int = MAX_BODY_BYTES,
-    ) -> None:
+class JsonRpcDispatcher:
+    def __init__(self, invoker: Invoker, service: ServiceDescriptor) -> None:
         self.invoker = invoker
         self.methods = method_table(service)
-        self.keepalive_seconds = keepalive_seconds
-        self.max_body_bytes = max_body_bytes
 
-    def _error(self, err: A2AError, rid: Any) -> Response:
-        status = err.http_status if err.http_status in _KEEP_HTTP_STATUS else 200
-        return Response(
-            dumps(jsonrpc_error_body(err, rid)),
-            status_code=status,
-            media_type=JSON_MEDIA_TYPE,
-            headers=http_headers(err),
-        )
-
-    async def handle(self, request: Request) -> Response:
-        rid: Any = None
+    async def dispatch(self, doc: Any, call: CallContext | Callable[[], CallContext]) -> Reply:
+        """Answer the request document `doc`. `call` may be a function that builds the
+        call context: it is called once the request is valid, so a request's own errors
+        come before those of its transport parameters (as on REST, e.g. a bad
+        Last-Event-ID header)."""
+        envelope = Envelope(request_id(doc))
         name = "?"
         try:
-            if request.method != "POST":
-                raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
-            doc = parse_json_body(await read_json_body(request, self.max_body_bytes))
-            if isinstance(doc, dict):
-                rid = _request_id(doc)
-            rid, name, params = _check_envelope(doc)
+            name, params = _check_envelope(doc)
             entry = self.methods.get(name)
             if entry is None:
                 raise MethodNotFoundError(
@@ -120,25 +112,9 @@ class JsonRpcEndpoint:
                 )
             method, request_cls = entry
             message = build_request(request_cls, body=params, body_field="*")
-            call = call_context(
-                request.scope["headers"],
-                request.headers,
-                request.query_params,
-                request.scope.get(PRINCIPAL_KEY, ""),
+            context = call() if callable(call) else call
+            return await invoke(
+                self.invoker, method, message, context, envelope, f"JSON-RPC {name}"
             )
-            if method.server_streaming:
-                events = await self.invoker.stream(name, message, call)
-                return event_stream(
-                    events,
-                    frame=lambda event, rid=rid: dumps_str(
-                        {"jsonrpc": "2.0", "id": rid, "result": to_json_dict(event)}
-                    ),
-                    frame_error=lambda err, rid=rid: dumps_str(jsonrpc_error_body(err, rid)),
-                    keepalive_seconds=self.keepalive_seconds,
-                    where=f"JSON-RPC {name} stream",
-                )
-            result = await self.invoker.unary(name, message, call)
-            body = {"jsonrpc": "2.0", "id": rid, "result": to_json_dict(result)}
-            return Response(dumps(body), media_type=JSON_MEDIA_TYPE)
         except Exception as exc:
-            return self._error(as_a2a_error(exc, f"JSON-RPC {name}"), rid)
+            return ErrorReply.of(exc, envelope, f"JSON-RPC {name}")

@@ -13,9 +13,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import json_response
 from gateway.card import if_none_match_hits
-from gateway.errors import MethodNotAllowedError, http_headers, rest_error_body
+from gateway.dispatch import REST_JSON, forward_error
+from gateway.errors import MethodNotAllowedError
 from gateway.transcode import dumps
 
 JWKS_MEDIA_TYPE = "application/jwk-set+json"
@@ -29,8 +29,8 @@ class JwksEndpoint:
 
     async def handle(self, request: Request) -> Response:
         if request.method not in ("GET", "HEAD"):
-            err = MethodNotAllowedError("The key set is read with GET.", ["GET", "HEAD"])
-            return json_response(rest_error_body(err), err.http_status, headers=http_headers(err))
+            refused = MethodNotAllowedError("The key set is read with GET.", ["GET", "HEAD"])
+            return forward_error(refused, REST_JSON, request.url.path)
         inm = request.headers.get("if-none-match")
         if inm is not None and if_none_match_hits(inm, self.headers["ETag"]):
             return Response(status_code=304, headers=self.headers)

@@ -2,11 +2,12 @@
 
 The router is built once from `route_table` (plus POST twins of streaming GET
 rules, see routes.py). A matched route's RPC gets its request message from the
-body, the path variables and the query parameters (transcode.py); unary
-results are ProtoJSON, streams are SSE with one StreamResponse per event.
-Errors are `{"error": {"code", "status", "message", "details"}}` with the HTTP
-status of the one error table; an unknown path is 404, a known path with
-another method is 405 with an Allow header.
+body, the path variables and the query parameters (transcode.py), and its
+reply is written by dispatch.py with the REST codec: unary results are
+ProtoJSON, streams are SSE with one StreamResponse per event, errors are
+`{"error": {"code", "status", "message", "details"}}` with the HTTP status of
+the one error table; an unknown path is 404, a known path with another method
+is 405 with an Allow header.
 """
 
 from __future__ import annotations
@@ -16,21 +17,15 @@ from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import A2A_MEDIA_TYPE, MAX_BODY_BYTES, read_json_body, rest_media_type
-from gateway.errors import MethodNotAllowedError, http_headers, rest_error_body
+from gateway.body import read_json_body
+from gateway.dispatch import REST_A2A, HttpOptions, forward, forward_error, rest_codec
+from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
 from gateway.params import PRINCIPAL_KEY, call_context
+from gateway.replies import invoke
 from gateway.routes import Router, route_table, with_post_aliases
-from gateway.sse import event_stream
-from gateway.transcode import (
-    build_request,
-    dumps,
-    dumps_str,
-    parse_json_body,
-    resolve_path,
-    to_json_dict,
-)
-from service.protocol.errors import MethodNotFoundError, as_a2a_error
+from gateway.transcode import build_request, parse_json_body, resolve_path
+from service.protocol.errors import MethodNotFoundError
 
 
 def build_router(service: ServiceDescriptor) -> Router:
@@ -51,27 +46,19 @@ def build_router(service: ServiceDescriptor) -> Router:
 
 
 class RestEndpoint:
-    def __init__(
-        self,
-        invoker: Invoker,
-        service: ServiceDescriptor,
-        *,
-        keepalive_seconds: float,
-        max_body_bytes: int = MAX_BODY_BYTES,
-    ) -> None:
+    def __init__(self, invoker: Invoker, service: ServiceDescriptor, options: HttpOptions) -> None:
         self.invoker = invoker
         self.router = build_router(service)
         self.request_classes = {
             m.name: message_factory.GetMessageClass(m.input_type) for m in service.methods
         }
-        self.keepalive_seconds = keepalive_seconds
-        self.max_body_bytes = max_body_bytes
+        self.options = options
 
     async def handle(self, request: Request) -> Response:
-        media_type = A2A_MEDIA_TYPE
+        codec = REST_A2A
         name = "?"
         try:
-            media_type = rest_media_type(request.headers.get("accept"))
+            codec = rest_codec(request.headers.get("accept"))
             raw_path = request.scope.get("raw_path")
             path = raw_path.decode("latin-1") if raw_path else request.url.path
             match = self.router.match(request.method, path)
@@ -89,7 +76,7 @@ class RestEndpoint:
             name = route.method.name
             body = None
             if route.body:
-                raw = await read_json_body(request, self.max_body_bytes)
+                raw = await read_json_body(request, self.options.max_body_bytes)
                 if raw.strip():
                     body = parse_json_body(raw)
             message = build_request(
@@ -105,22 +92,7 @@ class RestEndpoint:
                 request.query_params,
                 request.scope.get(PRINCIPAL_KEY, ""),
             )
-            if route.method.server_streaming:
-                events = await self.invoker.stream(name, message, call)
-                return event_stream(
-                    events,
-                    frame=lambda event: dumps_str(to_json_dict(event)),
-                    frame_error=lambda err: dumps_str(rest_error_body(err)),
-                    keepalive_seconds=self.keepalive_seconds,
-                    where=f"REST {name} stream",
-                )
-            result = await self.invoker.unary(name, message, call)
-            return Response(dumps(to_json_dict(result)), media_type=media_type)
+            reply = await invoke(self.invoker, route.method, message, call, codec, f"REST {name}")
         except Exception as exc:
-            err = as_a2a_error(exc, f"REST {name}")
-            return Response(
-                dumps(rest_error_body(err)),
-                status_code=err.http_status,
-                media_type=media_type,
-                headers=http_headers(err),
-            )
+            return forward_error(exc, codec, f"REST {name}")
+        return forward(reply, codec, self.options)
