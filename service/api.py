@@ -20,7 +20,7 @@ from google.protobuf.message import Message as ProtoMessage
 from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.cards.card import Cards
-from service.engine.registry import Engine
+from service.engine.registry import Engine, Turn
 from service.inputs.policy import InputPolicy
 from service.protocol.admission import Gate
 from service.protocol.errors import (
@@ -50,6 +50,14 @@ PUSH_SECRET_MAX = 4096
 _HTTP_TOKEN = re.compile(
     r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}"
 )  # an auth scheme name (RFC 9110 token)
+
+
+# The push config RPCs that name a task (and, but for List, one of its configs).
+_PushConfigRequest = (
+    pb.GetTaskPushNotificationConfigRequest
+    | pb.ListTaskPushNotificationConfigsRequest
+    | pb.DeleteTaskPushNotificationConfigRequest
+)
 
 
 class PushConfigs(Protocol):
@@ -137,7 +145,9 @@ class A2AApi:
 
     # ---- messages ----------------------------------------------------------
 
-    async def _start(self, request: pb.SendMessageRequest, call: CallContext, stream: bool):
+    async def _start(
+        self, request: pb.SendMessageRequest, call: CallContext, stream: bool
+    ) -> tuple[Turn, int | None]:
         scope = self._admit(call, request)
         message = request.message
         check_message(message)
@@ -285,14 +295,17 @@ class A2AApi:
     async def _delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> None:
         await self._configs().delete_config(scope, task_id, config_id)
 
-    async def _push_scope(self, request, call: CallContext, *, config_id: bool) -> Scope:
+    async def _push_scope(
+        self, request: _PushConfigRequest, call: CallContext, *, config_id: str | None
+    ) -> Scope:
         """Shared entry of the Get/List/Delete config RPCs: capability, admission, ids, and
-        the task must be the caller's (TaskNotFoundError otherwise)."""
+        the task must be the caller's (TaskNotFoundError otherwise). `config_id`: the request's
+        config id (None for List, which names none)."""
         self._configs()
         scope = self._admit(call, request)
         check_id(request.task_id, "taskId", required=True)
-        if config_id:
-            check_id(request.id, "id", required=True)
+        if config_id is not None:
+            check_id(config_id, "id", required=True)
         await self._task_must_exist(scope, request.task_id)
         return scope
 
@@ -315,7 +328,7 @@ class A2AApi:
     async def GetTaskPushNotificationConfig(
         self, request: pb.GetTaskPushNotificationConfigRequest, call: CallContext
     ) -> pb.TaskPushNotificationConfig:
-        scope = await self._push_scope(request, call, config_id=True)
+        scope = await self._push_scope(request, call, config_id=request.id)
         found = await self._configs().get_config(scope, request.task_id, request.id)
         if found is None:
             raise TaskNotFoundError(
@@ -330,7 +343,7 @@ class A2AApi:
         page_size = check_page_size(request.page_size or None)
         if request.page_token:
             check_id(request.page_token, "pageToken")
-        scope = await self._push_scope(request, call, config_id=False)
+        scope = await self._push_scope(request, call, config_id=None)
         configs, last = await self._configs().list_configs(
             scope, request.task_id, page_size, request.page_token or None
         )
@@ -341,7 +354,7 @@ class A2AApi:
     async def DeleteTaskPushNotificationConfig(
         self, request: pb.DeleteTaskPushNotificationConfigRequest, call: CallContext
     ) -> empty_pb2.Empty:
-        scope = await self._push_scope(request, call, config_id=True)
+        scope = await self._push_scope(request, call, config_id=request.id)
         await self._delete_push_config(scope, request.task_id, request.id)
         return empty_pb2.Empty()  # deleting an absent config is not an error (idempotent)
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -109,10 +110,12 @@ class CallLimit:
 RETRY_AFTER_OVERLOAD_SECONDS = 1.0
 
 
-def _unary(name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit):
+def _unary(
+    name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit
+) -> Callable[..., Awaitable[Any]]:
     handler = getattr(api, name)
 
-    async def method(self, request, context):
+    async def method(self: object, request: ProtoMessage, context: grpc.aio.ServicerContext) -> Any:
         if calls.limit and calls.active >= calls.limit:
             await context.abort_with_status(calls.refusal())
         calls.active += 1
@@ -127,10 +130,14 @@ def _unary(name: str, api: A2AApi, authenticate: Authenticator | None, calls: Ca
     return method
 
 
-def _streaming(name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit):
+def _streaming(
+    name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit
+) -> Callable[..., AsyncIterator[Any]]:
     handler = getattr(api, name)
 
-    async def method(self, request, context):
+    async def method(
+        self: object, request: ProtoMessage, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
         if calls.limit and calls.active >= calls.limit:
             await context.abort_with_status(calls.refusal())
         calls.active += 1
@@ -194,8 +201,14 @@ async def _refuse(
     await context.abort_with_status(error_status(err))
 
 
-def _parsed_unary(behavior, authenticate: Authenticator | None):
-    async def handle(request, context):
+# A handler as grpc calls it: (request, context) -> response, or an async iterator of them.
+Handler = Callable[[Any, Any], Any]
+
+
+def _parsed_unary(
+    behavior: Callable[[Any, Any], Awaitable[Any]], authenticate: Authenticator | None
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def handle(request: ProtoMessage | Undecodable, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
             await _refuse(request, context, authenticate)
         return await behavior(request, context)
@@ -203,11 +216,13 @@ def _parsed_unary(behavior, authenticate: Authenticator | None):
     return handle
 
 
-def _parsed_streaming(behavior, authenticate: Authenticator | None):
+def _parsed_streaming(behavior: Handler, authenticate: Authenticator | None) -> Handler:
     if not inspect.isasyncgenfunction(behavior):  # writes with context.write (health's Watch)
         return _parsed_unary(behavior, authenticate)
 
-    async def handle(request, context):
+    async def handle(
+        request: ProtoMessage | Undecodable, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
         if isinstance(request, Undecodable):
             await _refuse(request, context, authenticate)
         async for event in behavior(request, context):

@@ -43,7 +43,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 from service.cards.signing import (
     ASYMMETRIC_ALGS,
@@ -151,7 +151,15 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
 
     max_redirections = MAX_REDIRECTS
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         if _origin(newurl) is None or _origin(newurl) != _origin(req.full_url):
             fp.close()
             raise FetchError(

@@ -396,7 +396,10 @@ def decode_header(protected: str) -> dict[str, Any]:
 
 
 def verify_card_json(
-    document: Mapping[str, Any], find_key, *, algorithms: Iterable[str]
+    document: Mapping[str, Any],
+    find_key: Callable[[dict[str, Any]], SigningKey | None],
+    *,
+    algorithms: Iterable[str],
 ) -> Verified:
     """Check the signatures of a card (as JSON) until one verifies.
 

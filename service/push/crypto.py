@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+from collections.abc import Callable
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
@@ -82,7 +83,9 @@ class SecretBox:
         return self._map(config, self.open)
 
     @staticmethod
-    def _map(config: pb.TaskPushNotificationConfig, fn) -> pb.TaskPushNotificationConfig:
+    def _map(
+        config: pb.TaskPushNotificationConfig, fn: Callable[[str], str]
+    ) -> pb.TaskPushNotificationConfig:
         out = pb.TaskPushNotificationConfig()
         out.CopyFrom(config)
         out.token = fn(config.token)
