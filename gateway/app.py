@@ -6,8 +6,9 @@
     GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
-With authentication configured, JSON-RPC and REST sit behind the guard of auth.py
-(401 before anything else); the card and /health stay public.
+JSON-RPC and REST sit behind the guard of auth.py, which resolves the caller once
+per request and passes it to them (with authentication configured, 401 before
+anything else; without, everyone is anonymous); the card and /health stay public.
 
 No business logic lives here: every A2A operation goes through the invoker to
 the same servicer the gRPC binding uses.
@@ -24,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.auth import HttpAuth
+from gateway.auth import HttpAuth, anonymous
 from gateway.body import MAX_BODY_BYTES, json_response
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.dispatch import HttpOptions
@@ -65,15 +66,14 @@ def build_app(
     options = HttpOptions(keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes)
     jsonrpc = JsonRpcEndpoint(invoker, service, options)
     rest = RestEndpoint(invoker, service, options)
-    jsonrpc_handle, rest_handle = jsonrpc.handle, rest.handle
-    if auth is not None:
-        guard = HttpAuth(auth, forward_credentials=forward_credentials).guard
-        jsonrpc_handle, rest_handle = guard(jsonrpc_handle), guard(rest_handle)
+    guard = (
+        anonymous if auth is None else HttpAuth(auth, forward_credentials=forward_credentials).guard
+    )
     routes = [
-        Route("/", jsonrpc_handle, methods=ALL_METHODS),
+        Route("/", guard(jsonrpc.handle), methods=ALL_METHODS),
         Route(WELL_KNOWN_PATH, CardEndpoint(card, card_max_age).handle, methods=ALL_METHODS),
         Route("/health", health_endpoint(is_serving), methods=["GET", "HEAD"]),
-        Route("/{path:path}", rest_handle, methods=ALL_METHODS),
+        Route("/{path:path}", guard(rest.handle), methods=ALL_METHODS),
     ]
     if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all
         routes.insert(

@@ -7,10 +7,14 @@ wrapped. The guard asks the same `service.auth.Authenticator` the gRPC binding u
 
 - no valid credential: `401 {"error":"Unauthorized"}` with one `WWW-Authenticate`
   challenge per enabled scheme, before the body is read or the path is routed;
-- otherwise the principal is put in the ASGI scope (`params.PRINCIPAL_KEY`), where
-  `params.call_context` picks it up. In-process, the credential headers are removed
-  from the scope so they never reach the API or the agent; in proxy mode they are
-  forwarded to the upstream service, which authenticates the caller again.
+- otherwise the endpoint is called with the resolved `params.Caller`: the principal,
+  and the headers call metadata may come from. In-process, those are without the
+  credential headers, so they never reach the API or the agent; in proxy mode they
+  keep them, for the upstream service, which authenticates the caller again.
+
+Without authentication, `anonymous` calls the endpoint with the empty principal. The
+caller is an argument, not something left in the ASGI scope, so an endpoint cannot
+run without one.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.params import FORWARDED_HEADERS, GRPC_METADATA_PREFIX, PRINCIPAL_KEY
+from gateway.params import FORWARDED_HEADERS, GRPC_METADATA_PREFIX, Caller
 from service.auth import Authenticator
 from service.protocol.errors import UnauthenticatedError
 
-Endpoint = Callable[[Request], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]  # what starlette routes to
+Handler = Callable[[Request, Caller], Awaitable[Response]]  # an endpoint that needs its caller
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 
 
@@ -40,17 +45,26 @@ def unauthorized(auth: Authenticator) -> Response:
     return response
 
 
+def anonymous(handler: Handler) -> Endpoint:
+    """No authentication: every caller is anonymous, with all its headers."""
+
+    async def endpoint(request: Request) -> Response:
+        return await handler(request, Caller("", request.scope["headers"]))
+
+    return endpoint
+
+
 class HttpAuth:
     def __init__(self, auth: Authenticator, *, forward_credentials: bool) -> None:
         self.auth = auth
         self.forward_credentials = forward_credentials
         self.credential_keys = frozenset(auth.credential_keys)
 
-    def guard(self, endpoint: Endpoint) -> Endpoint:
+    def guard(self, handler: Handler) -> Endpoint:
         async def guarded(request: Request) -> Response:
-            scope = request.scope
+            headers = request.scope["headers"]
             credentials: dict[str, str] = {}
-            for raw_name, raw_value in scope["headers"]:
+            for raw_name, raw_value in headers:
                 name = raw_name.decode("latin-1").lower()
                 if name in self.credential_keys:
                     if name in credentials:  # two credentials in one header: ambiguous, refused
@@ -60,15 +74,13 @@ class HttpAuth:
                 principal = await self.auth.principal(credentials)
             except UnauthenticatedError:
                 return unauthorized(self.auth)
-            scope[PRINCIPAL_KEY] = principal
-            scope["headers"] = self._pass_on(scope["headers"])
-            return await endpoint(request)
+            return await handler(request, Caller(principal, self._pass_on(headers)))
 
         return guarded
 
     def _pass_on(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-        """The headers the endpoint sees: without credentials in-process; in proxy mode with
-        them, a custom API key header re-sent as gRPC metadata so the upstream gets it."""
+        """The headers call metadata comes from: without credentials in-process; in proxy mode
+        with them, a custom API key header re-sent as gRPC metadata so the upstream gets it."""
         kept = []
         for raw_name, raw_value in headers:
             name = raw_name.decode("latin-1").lower()

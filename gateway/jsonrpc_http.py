@@ -19,7 +19,7 @@ from gateway.dispatch import JSONRPC, HttpOptions, forward, forward_error
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
 from gateway.jsonrpc import JsonRpcDispatcher
-from gateway.params import PRINCIPAL_KEY, call_context
+from gateway.params import Caller, call_context
 from gateway.transcode import parse_json_body
 
 
@@ -28,7 +28,7 @@ class JsonRpcEndpoint:
         self.dispatcher = JsonRpcDispatcher(invoker, service)
         self.options = options
 
-    async def handle(self, request: Request) -> Response:
+    async def handle(self, request: Request, caller: Caller) -> Response:
         try:
             if request.method != "POST":
                 raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
@@ -37,11 +37,6 @@ class JsonRpcEndpoint:
             return forward_error(exc, JSONRPC, "JSON-RPC ?")
         reply = await self.dispatcher.dispatch(
             doc,
-            lambda: call_context(
-                request.scope["headers"],
-                request.headers,
-                request.query_params,
-                request.scope.get(PRINCIPAL_KEY, ""),
-            ),
+            lambda: call_context(caller, request.headers, request.query_params),
         )
         return forward(reply, JSONRPC, self.options)

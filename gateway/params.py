@@ -6,11 +6,16 @@ A2A and credential headers under their own (lower-case) names, and any
 query parameter. With no version at all, HTTP bindings assume 0.3, as the spec
 says for a missing header; the API answers that with VersionNotSupportedError
 explaining how to send the header.
+
+Who calls (`Caller`: the principal and the headers call metadata may come from)
+is resolved once per request, before the endpoint runs, by gateway.auth's
+guard, and handed to the endpoint as an argument.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from service.api import CallContext
 from service.protocol.errors import invalid_field
@@ -20,7 +25,14 @@ FORWARDED_HEADERS = frozenset({"a2a-version", "a2a-extensions", "authorization",
 GRPC_METADATA_PREFIX = "grpc-metadata-"
 VERSION_KEY = "a2a-version"
 
-PRINCIPAL_KEY = "a2a.principal"  # ASGI scope key: the caller, set by gateway.auth's guard
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The caller of one request: its principal ("" when anonymous) and the raw headers
+    its call metadata may come from (credentials already removed, unless forwarded)."""
+
+    principal: str
+    headers: list[tuple[bytes, bytes]]
 
 
 def forwarded_metadata(
@@ -60,15 +72,12 @@ def last_event_id(headers: Mapping[str, str]) -> int | None:
 
 
 def call_context(
-    raw_headers: list[tuple[bytes, bytes]],
-    headers: Mapping[str, str],
-    query: Mapping[str, str],
-    principal: str = "",
+    caller: Caller, headers: Mapping[str, str], query: Mapping[str, str]
 ) -> CallContext:
-    metadata = forwarded_metadata(raw_headers, query)
+    metadata = forwarded_metadata(caller.headers, query)
     return CallContext(
         metadata=metadata,
-        principal=principal,
+        principal=caller.principal,
         default_version=HTTP_DEFAULT_VERSION,
         resume_after=last_event_id(headers),
     )

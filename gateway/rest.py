@@ -21,7 +21,7 @@ from gateway.body import read_json_body
 from gateway.dispatch import REST_A2A, HttpOptions, forward, forward_error, rest_codec
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
-from gateway.params import PRINCIPAL_KEY, call_context
+from gateway.params import Caller, call_context
 from gateway.replies import invoke
 from gateway.routes import Router, route_table, with_post_aliases
 from gateway.transcode import build_request, parse_json_body, resolve_path
@@ -54,7 +54,7 @@ class RestEndpoint:
         }
         self.options = options
 
-    async def handle(self, request: Request) -> Response:
+    async def handle(self, request: Request, caller: Caller) -> Response:
         codec = REST_A2A
         name = "?"
         try:
@@ -86,12 +86,7 @@ class RestEndpoint:
                 path_vars=match.path_vars,
                 query=request.query_params.multi_items(),
             )
-            call = call_context(
-                request.scope["headers"],
-                request.headers,
-                request.query_params,
-                request.scope.get(PRINCIPAL_KEY, ""),
-            )
+            call = call_context(caller, request.headers, request.query_params)
             reply = await invoke(self.invoker, route.method, message, call, codec, f"REST {name}")
         except Exception as exc:
             return forward_error(exc, codec, f"REST {name}")
