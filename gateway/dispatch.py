@@ -57,7 +57,8 @@ class Codec(Protocol):
     def media_type(self) -> str: ...
 
     def error(self, err: A2AError) -> Document:
-        """The error document for an error found before a request document exists."""
+        """The error document of an error the endpoint meets itself (for JSON-RPC, one
+        before there is a request document, so without an id)."""
         ...
 
     def status(self, err: A2AError) -> int: ...
