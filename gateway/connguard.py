@@ -153,7 +153,7 @@ class CountedSocket(socket.socket):
                 self._timer.cancel()
                 self._timer = None
         self.protocol = None
-        super()._real_close()
+        super()._real_close()  # type: ignore[misc]  # CPython's private close hook, not in typeshed
 
 
 class GuardedListener(socket.socket):
@@ -170,7 +170,8 @@ class GuardedListener(socket.socket):
         if guard is None:
             return super().accept()
         for _ in range(REFUSE_BATCH):
-            fd, address = self._accept()  # BlockingIOError when none is waiting
+            # socket.socket's private accept: (fd, address); BlockingIOError when none is waiting
+            fd, address = self._accept()  # type: ignore[attr-defined]
             if guard.admit():
                 conn = CountedSocket(self.family, self.type, self.proto, fileno=fd)
                 conn.track(guard)

@@ -101,7 +101,7 @@ class HttpServer:
             log_config=None,
             log_level=log_level.lower(),
             access_log=False,
-            timeout_graceful_shutdown=max(graceful_seconds, 0.1),
+            timeout_graceful_shutdown=max(graceful_seconds, 0.1),  # type: ignore[arg-type]  # float is fine
             server_header=False,
             http=guarded_protocol(guard),
             ws="none",
