@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
-from service.engine.bus import EventBus, InProcessBus, Subscription
+from service.engine.bus import EventBus, Subscription
 from service.engine.run import TaskRun
 from service.engine.stream import EventStream
 from service.protocol.errors import (
@@ -58,13 +58,13 @@ class Engine:
         self,
         store: TaskStore,
         agent: Agent,
-        bus: EventBus | None = None,
+        bus: EventBus,
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
         event_pace: float = 0.0,
     ) -> None:
         self.store = store
         self.agent = agent
-        self.bus: EventBus = bus or InProcessBus()  # the root injects it; tests may not
+        self.bus = bus  # chosen by the composition root (in-process for one replica)
         self.on_commit = on_commit  # called synchronously after each committed batch of events
         self.event_pace = event_pace  # see TaskRun: seconds of a running agent's events per commit
         self._runs: dict[tuple[Scope, str], TaskRun] = {}

@@ -11,6 +11,7 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from service.agent import Caller, TurnContext
+from service.engine.bus import InProcessBus
 from service.engine.registry import RESTART_MESSAGE, SHUTDOWN_MESSAGE, Engine, Turn
 from service.protocol.errors import (
     InvalidParamsError,
@@ -33,7 +34,7 @@ WAIT = 5  # seconds: a rule that hangs fails instead of stalling the suite
 
 @pytest.fixture
 async def engine():
-    engine = Engine(MemoryTaskStore(), ScriptedAgent())
+    engine = Engine(MemoryTaskStore(), ScriptedAgent(), InProcessBus())
     yield engine
     await engine.shutdown()
 
@@ -252,7 +253,7 @@ async def test_a_follow_up_to_an_unknown_task_is_not_found(engine):
 
 async def test_cancel_a_running_task():
     agent = Watched()
-    engine = Engine(MemoryTaskStore(), agent)
+    engine = Engine(MemoryTaskStore(), agent, InProcessBus())
     try:
         turn = await start(engine, "work")
         task_id = turn.run.task_id
@@ -273,7 +274,7 @@ async def test_cancel_a_running_task():
 
 async def test_cancel_right_after_start_cancels():
     agent = Watched()
-    engine = Engine(MemoryTaskStore(), agent)
+    engine = Engine(MemoryTaskStore(), agent, InProcessBus())
     try:
         turn = await engine.send(SCOPE, user_message("work"), CALLER, return_immediately=True)
         # Awaited directly (no wait_for, whose task would let the agent take its first step).
@@ -329,7 +330,7 @@ class BatchRecordingStore(MemoryTaskStore):
 async def test_events_are_committed_in_order_and_subscribers_see_every_one():
     store = BatchRecordingStore()
     agent = Chunks(total=30, pause_at=10)
-    engine = Engine(store, agent)
+    engine = Engine(store, agent, InProcessBus())
     try:
         turn = await engine.send(SCOPE, user_message("go"), CALLER, stream=True)
         task_id = turn.run.task_id
@@ -383,7 +384,7 @@ class HeldStore(MemoryTaskStore):
 async def test_a_subscriber_that_joins_before_events_are_committed_sees_each_once():
     store = HeldStore()
     agent = Gated()
-    engine = Engine(store, agent)
+    engine = Engine(store, agent, InProcessBus())
     try:
         store.open.clear()
         turn = await engine.send(SCOPE, user_message("go"), CALLER, return_immediately=True)
@@ -410,7 +411,7 @@ async def test_a_subscriber_that_joins_before_events_are_committed_sees_each_onc
 
 async def test_resume_replays_stored_events_then_live_ones():
     agent = Gated()
-    engine = Engine(MemoryTaskStore(), agent)
+    engine = Engine(MemoryTaskStore(), agent, InProcessBus())
     try:
         turn = await start(engine, "go")
         task_id = turn.run.task_id
@@ -483,7 +484,7 @@ async def test_recover_fails_the_tasks_a_dead_process_left_running():
     await _leave_in_store(store, SCOPE, "done", pb.TASK_STATE_COMPLETED)
     waiting_before = await store.get(SCOPE, "waiting")
     done_before = await store.get(SCOPE, "done")
-    engine = Engine(store, ScriptedAgent())
+    engine = Engine(store, ScriptedAgent(), InProcessBus())
     try:
         assert await engine.recover() == 2
         for scope, task_id, seq in ((SCOPE, "working", 3), (tenant, "submitted", 2)):
@@ -511,7 +512,7 @@ async def test_recover_fails_the_tasks_a_dead_process_left_running():
 
 async def test_shutdown_fails_working_turns_and_keeps_interrupted_ones():
     store = MemoryTaskStore()
-    engine = Engine(store, ScriptedAgent())
+    engine = Engine(store, ScriptedAgent(), InProcessBus())
     working_turn = await start(engine, "hang")
     working = working_turn.run.task_id
     await until_stored(engine, working, pb.TASK_STATE_WORKING)
@@ -532,7 +533,7 @@ async def test_shutdown_fails_working_turns_and_keeps_interrupted_ones():
         assert kept.status == task.status  # the question still stands
     assert await store.last_seq(SCOPE, paused.id) == paused_seq
     # After a restart: nothing to recover, and a follow-up starts a new turn.
-    again = Engine(store, ScriptedAgent())
+    again = Engine(store, ScriptedAgent(), InProcessBus())
     try:
         assert await again.recover() == 0
         resumed = await settle(again, "the answer", task_id=paused.id)
@@ -544,7 +545,7 @@ async def test_shutdown_fails_working_turns_and_keeps_interrupted_ones():
 
 async def test_shutdown_right_after_start_fails_the_turn():
     agent = Watched()
-    engine = Engine(MemoryTaskStore(), agent)
+    engine = Engine(MemoryTaskStore(), agent, InProcessBus())
     turn = await engine.send(SCOPE, user_message("work"), CALLER, return_immediately=True)
     assert await engine.shutdown() == 1  # at once: the agent may not have taken a step
     task = await stored(engine, turn.run.task_id)
