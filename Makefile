@@ -36,7 +36,7 @@ check: setup  ## ruff format --check, ruff check, mypy (service/, gateway/), the
 
 # The suite has three layers (tests/unit, tests/integration, tests/interop); `make test`
 # runs them all, as CI does (.ci/run).
-test: setup tools  ## run the whole test suite (unit, integration and interop)
+test: setup tools check  ## make check, then the whole test suite (unit, integration and interop)
 	$(PY) -m pytest -q
 
 test-unit: setup  ## run tests/unit only: in-process, no servers, no npm, no Redis (seconds)
