@@ -39,6 +39,7 @@ from service.protocol.errors import (
     MethodNotFoundError,
     UnauthenticatedError,
 )
+from service.protocol.params import VERSION_KEY
 
 # How long the proxy waits for a stream's first event before it commits to a
 # 200 event stream; errors raised later travel inside the stream.
@@ -139,8 +140,8 @@ def error_from_grpc(exc: grpc.aio.AioRpcError) -> A2AError:
 
 def _metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
     items = dict(call.metadata)
-    if not items.get("a2a-version", "").strip():
-        items["a2a-version"] = call.default_version  # make the HTTP default explicit upstream
+    if not items.get(VERSION_KEY, "").strip():
+        items[VERSION_KEY] = call.default_version  # make the HTTP default explicit upstream
     return tuple(items.items())
 
 

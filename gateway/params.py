@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from service.api import CallContext
 from service.protocol.errors import invalid_field
+from service.protocol.params import EXTENSIONS_KEY, VERSION_KEY
 
 HTTP_DEFAULT_VERSION = "0.3"
-FORWARDED_HEADERS = frozenset({"a2a-version", "a2a-extensions", "authorization", "x-api-key"})
+FORWARDED_HEADERS = frozenset({VERSION_KEY, EXTENSIONS_KEY, "authorization", "x-api-key"})
 GRPC_METADATA_PREFIX = "grpc-metadata-"
-VERSION_KEY = "a2a-version"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def forwarded_metadata(
         value = raw_value.decode("latin-1")
         metadata[key] = f"{metadata[key]},{value}" if key in metadata else value
     if VERSION_KEY not in metadata:
-        for qkey in ("A2A-Version", "a2a-version"):
+        for qkey in ("A2A-Version", VERSION_KEY):
             if qkey in query:
                 metadata[VERSION_KEY] = query[qkey]
                 break

@@ -30,9 +30,10 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from service.protocol.errors import A2AError, InvalidParamsError, JSONParseError, invalid_field
+from service.protocol.params import VERSION_KEY
 
 # Query parameters that are service parameters, never request fields.
-RESERVED_QUERY = frozenset({"a2a-version"})
+RESERVED_QUERY = frozenset({VERSION_KEY})
 
 # Well-known message types whose JSON form is a single string/number/bool, so
 # they can be set from one query value.
