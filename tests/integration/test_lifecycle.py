@@ -400,6 +400,9 @@ async def _collect(iterator) -> list:
 # ------------------------------------------------------------------ startup failures
 
 
+FREE_PORTS = ("--grpc-port", "0", "--http-port", "0")  # any free ports: the failure is elsewhere
+
+
 def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", *args],
@@ -456,10 +459,7 @@ def test_unreadable_database_is_one_line(tmp_path):
     db = tmp_path / "tasks.db"
     db.write_bytes(b"this is not an sqlite database" * 100)
     result = _serve(
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
+        *FREE_PORTS,
         "--data-dir",
         str(tmp_path / "d"),
         "--store",
@@ -470,10 +470,7 @@ def test_unreadable_database_is_one_line(tmp_path):
 
 def test_unknown_agent_is_one_line(tmp_path):
     result = _serve(
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
+        *FREE_PORTS,
         "--data-dir",
         str(tmp_path / "d"),
         "--agent",
@@ -484,10 +481,7 @@ def test_unknown_agent_is_one_line(tmp_path):
 
 def test_unreachable_redis_is_one_line(tmp_path):
     result = _serve(
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
+        *FREE_PORTS,
         "--data-dir",
         str(tmp_path / "d"),
         "--push-notifications",
@@ -502,10 +496,7 @@ def test_unreachable_redis_is_one_line(tmp_path):
 
 def test_missing_tls_file_is_one_line(tmp_path):
     result = _serve(
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
+        *FREE_PORTS,
         "--data-dir",
         str(tmp_path / "d"),
         env={
