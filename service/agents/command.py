@@ -29,7 +29,6 @@ import shutil
 import signal
 import stat
 from collections.abc import Sequence
-from typing import BinaryIO
 
 from service.agent import FileArtifactLimitError, TurnContext, cwd_of
 from service.protocol.ids import uuid7
@@ -119,11 +118,12 @@ class CommandAgent:
     async def _store_outputs(self, ctx: TurnContext, outputs: pathlib.Path) -> None:
         """Every regular file left in the output directory, as a stored file artifact."""
         for relative, path in await asyncio.to_thread(_regular_files, outputs):
-            reader = await asyncio.to_thread(_open_regular, path)
-            if reader is None:
-                continue
-            with reader:
-                await ctx.file_artifact(reader, filename=path.name, name=relative)
+            try:
+                await ctx.file_artifact(path, name=relative)
+            except FileArtifactLimitError:
+                raise
+            except (ValueError, OSError):
+                continue  # since the listing: removed, or replaced by a link or a FIFO
 
     async def _feed(self, proc: asyncio.subprocess.Process, data: bytes) -> None:
         assert proc.stdin is not None
@@ -212,18 +212,3 @@ def _regular_files(root: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
             except OSError:
                 continue
     return sorted(found)
-
-
-def _open_regular(path: pathlib.Path) -> BinaryIO | None:
-    """The file opened for reading if it is (still) a regular file: O_NOFOLLOW, so a file
-    swapped for a link after the listing is not followed; O_NONBLOCK, so a FIFO cannot
-    block the open."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    reader = open(fd, "rb")  # noqa: SIM115 - the caller closes it
-    if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
-        reader.close()
-        return None
-    return reader

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -65,7 +66,8 @@ class Blob:
 class BlobStore(Protocol):
     async def put(self, scope: Scope, task_id: str, source: BlobSource, max_bytes: int) -> Blob:
         """Store the bytes (raw, a file path, or a binary file object read to its end) for a
-        task; BlobTooLargeError when they exceed `max_bytes`."""
+        task; BlobTooLargeError when they exceed `max_bytes`, ValueError when the path is
+        not a regular file (a symbolic link is not followed)."""
 
     async def find(self, scope: Scope, task_id: str, sha256: str) -> Blob | None:
         """The blob if this task stored it and it is still there, else None."""
@@ -218,9 +220,20 @@ def _copy(source: BlobSource, out: BinaryIO, max_bytes: int) -> tuple[str, int]:
         out.write(source)
         return digest.hexdigest(), len(source)
     if isinstance(source, (str, os.PathLike)):
-        with open(source, "rb") as reader:
-            if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
+        try:  # not through a link; a FIFO must not block the open
+            fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ValueError("a symbolic link, not a regular file") from None
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ValueError("not a regular file")
+            reader = open(fd, "rb")  # noqa: SIM115 - closed by the with below
+        except BaseException:
+            os.close(fd)
+            raise
+        with reader:
             return _copy_stream(reader, out, digest, max_bytes)
     return _copy_stream(source, out, digest, max_bytes)
 
