@@ -32,6 +32,11 @@ from service.api import CallContext
 from service.engine.files import StoredFile
 from service.protocol.errors import TaskNotFoundError
 
+
+class _FileResponse(FileResponse):
+    chunk_size = 512 * 1024  # fewer thread hops and writes than the default 64 KiB
+
+
 FILE_HEADERS = {
     # Content-addressed: the bytes behind one URL never change; only the caller may cache.
     "cache-control": "private, max-age=31536000, immutable",
@@ -82,7 +87,7 @@ class FileEndpoint:
         headers = {**FILE_HEADERS, "etag": f'"{found.sha256}"'}
         if etag_matches(request.headers.get("if-none-match"), found.sha256):
             return Response(status_code=304, headers=headers)
-        return FileResponse(
+        return _FileResponse(
             found.path,
             media_type=found.media_type,
             filename=found.filename or None,

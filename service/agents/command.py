@@ -76,7 +76,8 @@ class CommandAgent:
         return path
 
     async def run(self, ctx: TurnContext) -> None:
-        outputs = self.output_root / f"turn-{uuid7()}"
+        # Absolute: the program runs in its working directory, not in ours.
+        outputs = self.output_root.absolute() / f"turn-{uuid7()}"
         outputs.mkdir(mode=0o700, parents=True)
         try:
             await self._run(ctx, outputs)
