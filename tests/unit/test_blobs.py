@@ -4,6 +4,7 @@ release (what task retention calls), limits, and the url part a stored file beco
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
@@ -12,10 +13,15 @@ import pytest
 from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
-from service.agent import FileArtifactLimitError
+from service.agent import Caller, FileArtifactLimitError, TurnContext
+from service.engine.bus import InProcessBus
 from service.engine.files import FileArtifacts, clean_filename, clean_media_type
+from service.engine.registry import Engine
+from service.protocol.errors import TaskNotFoundError
 from service.store import Scope
 from service.store.blobs import BlobTooLargeError, LocalBlobStore
+from service.store.memory import MemoryTaskStore
+from tests.conftest import user_message
 
 ALICE = Scope("acme", "bearer:alice")
 BOB = Scope("acme", "bearer:bob")
@@ -165,3 +171,68 @@ def test_file_names_and_media_types():
     assert clean_media_type("Text/Markdown; charset=utf-8", "a") == "text/markdown"
     with pytest.raises(ValueError):
         clean_media_type("text/plain\r\nX-Evil: 1", "a")
+
+
+# ---- through the engine: ctx.file_artifact on a TaskRun ------------------------------
+
+
+class FileTurns:
+    """`path P`: a file by path; `nameless`: bytes without a file name; `twice N`: two files
+    of N bytes in one turn; then the turn completes."""
+
+    async def run(self, ctx: TurnContext) -> None:
+        word, _, rest = ctx.text.partition(" ")
+        if word == "path":
+            await ctx.file_artifact(rest)
+        elif word == "nameless":
+            await ctx.file_artifact(b"x")
+        elif word == "twice":
+            for name in ("one.bin", "two.bin"):
+                await ctx.file_artifact(os.urandom(int(rest)), filename=name)
+
+
+async def _settle(engine: Engine, text: str) -> pb.Task:
+    turn = await engine.send(ALICE, user_message(text), Caller())
+    outcome = await asyncio.wait_for(engine.wait(turn), 5)
+    assert isinstance(outcome, pb.Task)
+    return outcome
+
+
+async def test_file_artifacts_through_the_engine(blobs, tmp_path):
+    files = FileArtifacts(blobs, base_url="http://h", max_file_bytes=100, max_turn_bytes=150)
+    engine = Engine(MemoryTaskStore(), FileTurns(), InProcessBus(), files=files)
+    source = tmp_path / "notes.md"
+    source.write_bytes(DATA)
+    try:
+        task = await _settle(engine, f"path {source}")
+        assert task.status.state == pb.TASK_STATE_COMPLETED
+        [part] = task.artifacts[0].parts
+        assert part.filename == "notes.md" and part.media_type == "text/markdown"
+        found = await engine.stored_file(ALICE, task.id, SHA)
+        assert found.path == str(blobs.object_path(SHA)) and found.filename == "notes.md"
+        with pytest.raises(TaskNotFoundError):
+            await engine.stored_file(BOB, task.id, SHA)
+        with pytest.raises(TaskNotFoundError):
+            await engine.stored_file(ALICE, task.id, "0" * 64)
+
+        nameless = await _settle(engine, "nameless")
+        assert nameless.status.state == pb.TASK_STATE_FAILED  # a ValueError of the agent
+
+        fits = await _settle(engine, "twice 70")  # 140 of 150 bytes
+        assert [a.name for a in fits.artifacts] == ["one.bin", "two.bin"]
+        over = await _settle(engine, "twice 80")  # the second would make 160
+        assert over.status.state == pb.TASK_STATE_FAILED
+        assert [a.name for a in over.artifacts] == ["one.bin"]
+    finally:
+        await engine.shutdown()
+
+
+async def test_an_engine_without_files_refuses_them(tmp_path):
+    engine = Engine(MemoryTaskStore(), FileTurns(), InProcessBus())
+    try:
+        task = await _settle(engine, "twice 1")
+        assert task.status.state == pb.TASK_STATE_FAILED and not task.artifacts
+        with pytest.raises(TaskNotFoundError):
+            await engine.stored_file(ALICE, task.id, SHA)
+    finally:
+        await engine.shutdown()
