@@ -290,3 +290,13 @@ async def test_a_server_without_a_gateway_still_stores_files(start_service):
         task = (await stub.SendMessage(send_request(f"file a.txt {CONTENT}"))).task
     assert the_part(task).url == f"/tasks/{task.id}/files/{SHA}"  # no address known: the path
     assert blob_count(service) == 1
+
+
+async def test_a_draining_server_refuses_downloads_with_503(start_service):
+    service, channel, stub = await file_service(start_service, store="memory:")
+    async with channel, httpx.AsyncClient(timeout=10) as http:
+        task = (await stub.SendMessage(send_request(f"file a.txt {CONTENT}"))).task
+        service.gate.close()  # what the drain does after its grace period
+        refused = await http.get(the_part(task).url)
+    assert refused.status_code == 503 and refused.headers["retry-after"]
+    assert CONTENT.encode() not in refused.content
