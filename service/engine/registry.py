@@ -388,6 +388,11 @@ class Engine:
             raise TaskNotFoundError(f"Task {task_id} has no stored file {sha256}.")
         return found
 
+    async def release_files(self, scope: Scope, task_id: str) -> int:
+        """For task retention, when it deletes a task: its stored files go, unless another
+        task stored the same bytes. Returns how many blobs were deleted."""
+        return await self.files.release_task(scope, task_id) if self.files is not None else 0
+
     async def last_seq(self, scope: Scope, task_id: str) -> int:
         """The task's latest committed event (0 when none): where a new listener starts."""
         return await self.store.last_seq(scope, task_id)

@@ -215,6 +215,15 @@ async def test_file_artifacts_through_the_engine(blobs, tmp_path):
         with pytest.raises(TaskNotFoundError):
             await engine.stored_file(ALICE, task.id, "0" * 64)
 
+        again = await _settle(engine, f"path {source}")  # the same bytes: one blob
+        assert blobs.count() == 1
+        assert await engine.release_files(ALICE, task.id) == 0  # `again` still has them
+        with pytest.raises(TaskNotFoundError):
+            await engine.stored_file(ALICE, task.id, SHA)
+        assert (await engine.stored_file(ALICE, again.id, SHA)).size == len(DATA)
+        assert await engine.release_files(ALICE, again.id) == 1
+        assert blobs.count() == 0
+
         nameless = await _settle(engine, "nameless")
         assert nameless.status.state == pb.TASK_STATE_FAILED  # a ValueError of the agent
 
@@ -234,5 +243,6 @@ async def test_an_engine_without_files_refuses_them(tmp_path):
         assert task.status.state == pb.TASK_STATE_FAILED and not task.artifacts
         with pytest.raises(TaskNotFoundError):
             await engine.stored_file(ALICE, task.id, SHA)
+        assert await engine.release_files(ALICE, task.id) == 0
     finally:
         await engine.shutdown()
