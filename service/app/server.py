@@ -270,7 +270,8 @@ class Service:
         if s.push_notifications:
             with _setting(push_key):
                 self.push = PushNotifications.from_settings(s, self.store, s.data_dir)
-        self.files = self._file_artifacts()
+        blobs = self._blob_store()
+        self.files = self._file_artifacts(blobs)
         self.engine = Engine(
             self.store,
             agent,
@@ -323,7 +324,8 @@ class Service:
                 s,
                 self.cards.public_card(),
                 StoreContextLookup(self.engine),
-                denied=[s.data_dir, *secret_files(s)],
+                # every tenant's stored files too: no file:// part may read them
+                denied=[s.data_dir, str(blobs.root), *secret_files(s)],
             ),
             gate=self.gate,
         )
@@ -362,16 +364,8 @@ class Service:
         scheme = "https" if self.tls is not None else "http"
         return f"{scheme}://{_url_host(s.host)}:{self.http_port}"
 
-    def _file_artifacts(self) -> FileArtifacts:
-        """Where file artifacts' bytes go: file_artifact_dir, else DATA_DIR/files (with the
-        memory store, whose tasks end with the process, a temporary directory)."""
+    def _file_artifacts(self, blobs: LocalBlobStore) -> FileArtifacts:
         s = self.settings
-        if s.file_artifact_dir:
-            blobs = LocalBlobStore(s.file_artifact_dir)
-        elif s.store_url.startswith("memory:"):
-            blobs = LocalBlobStore(tempfile.mkdtemp(prefix="a2a-files-"), ephemeral=True)
-        else:
-            blobs = LocalBlobStore(pathlib.Path(s.data_dir) / "files")
         return FileArtifacts(
             blobs,
             base_url=self._http_base(),
@@ -379,6 +373,16 @@ class Service:
             max_turn_bytes=s.file_artifacts_max_bytes_per_turn,
             local_urls=s.file_artifact_local_urls,
         )
+
+    def _blob_store(self) -> LocalBlobStore:
+        """Where file artifacts' bytes go: file_artifact_dir, else DATA_DIR/files (with the
+        memory store, whose tasks end with the process, a temporary directory)."""
+        s = self.settings
+        if s.file_artifact_dir:
+            return LocalBlobStore(s.file_artifact_dir)
+        if s.store_url.startswith("memory:"):
+            return LocalBlobStore(tempfile.mkdtemp(prefix="a2a-files-"), ephemeral=True)
+        return LocalBlobStore(pathlib.Path(s.data_dir) / "files")
 
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),

@@ -300,3 +300,32 @@ async def test_a_draining_server_refuses_downloads_with_503(start_service):
         refused = await http.get(the_part(task).url)
     assert refused.status_code == 503 and refused.headers["retry-after"]
     assert CONTENT.encode() not in refused.content
+
+
+async def test_no_message_can_point_a_file_url_at_the_stored_files(start_service, tmp_path):
+    shared = tmp_path / "shared-files"
+    service, channel, stub = await file_service(
+        start_service,
+        store="memory:",
+        workspace_roots=[str(tmp_path)],  # the blob directory lies inside a workspace root
+        file_artifact_dir=str(shared),
+    )
+    async with channel:
+        await stub.SendMessage(send_request(f"file a.txt {CONTENT}"))
+        blob = shared / "objects" / SHA[:2] / SHA
+        allowed = tmp_path / "notes.txt"
+        allowed.write_text("mine")
+        for path, ok in ((allowed, True), (blob, False)):
+            message = user_message("echo")
+            message.parts.add(url=path.as_uri(), media_type="text/plain")
+            call = stub.SendMessage(pb.SendMessageRequest(message=message))
+            if ok:
+                assert (await call).task.status.state == pb.TASK_STATE_COMPLETED
+            else:
+                try:
+                    await call
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT
+                    assert str(shared) not in (exc.details() or "")
+                else:
+                    raise AssertionError("a file:// part reached the stored files")
