@@ -4,6 +4,8 @@
     GET  /.well-known/agent-card.json   the public agent card (card.py)
     GET  /health                        {"status": "healthy"}; 503 while draining
     GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
+    GET  [/{tenant}]/tasks/{taskId}/files/{sha256}
+                                        a stored file artifact, to its task's owner (files.py)
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
 JSON-RPC and REST sit behind the guard of auth.py, which resolves the caller once
@@ -29,11 +31,13 @@ from gateway.auth import HttpAuth, anonymous
 from gateway.body import MAX_BODY_BYTES, json_response
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.dispatch import HttpOptions
+from gateway.files import FileEndpoint, FileReader
 from gateway.invoker import Invoker
 from gateway.jsonrpc_http import JsonRpcEndpoint
 from gateway.jwks import JwksEndpoint
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
+from service.protocol.files import FILES_ROUTE, TENANT_FILES_ROUTE
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -60,9 +64,12 @@ def build_app(
     jwks_path: str = "",
     auth: Authenticator | None = None,
     forward_credentials: bool = False,
+    files: FileReader | None = None,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
-    credential headers for the invoker (proxy mode: the upstream authenticates again)."""
+    credential headers for the invoker (proxy mode: the upstream authenticates again).
+    `files`: where stored file artifacts are read (None: no download route, as in proxy
+    mode, where the bytes live with the upstream)."""
     options = HttpOptions(keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes)
     jsonrpc = JsonRpcEndpoint(invoker, service, options)
     rest = RestEndpoint(invoker, service, options)
@@ -75,6 +82,10 @@ def build_app(
         Route("/health", health_endpoint(is_serving), methods=["GET", "HEAD"]),
         Route("/{path:path}", guard(rest.handle), methods=ALL_METHODS),
     ]
+    if files is not None:  # before the REST catch-all; other methods fall through to it
+        download = guard(FileEndpoint(files).handle)
+        for template in (FILES_ROUTE, TENANT_FILES_ROUTE):
+            routes.insert(-1, Route(template, download, methods=["GET", "HEAD"]))
     if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all
         routes.insert(
             -1, Route(jwks_path, JwksEndpoint(jwks, card_max_age).handle, methods=ALL_METHODS)

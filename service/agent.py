@@ -15,6 +15,7 @@ or a class / zero-argument factory that returns one. Built-ins: `echo`, `command
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -23,8 +24,15 @@ from google.protobuf import json_format, struct_pb2
 
 from gen import a2a_pb2 as pb
 from service.protocol.ids import uuid7
+from service.store.blobs import BlobSource
 
 PartsLike = str | pb.Part | Iterable[pb.Part]
+FileSource = BlobSource  # what ctx.file_artifact stores: bytes, a path, a binary file object
+
+
+class FileArtifactLimitError(ValueError):
+    """A file artifact is over the configured size limits; it was not stored (the message
+    names the file and the setting)."""
 
 
 @runtime_checkable
@@ -44,6 +52,9 @@ class TurnSink(Protocol):
     def reply(self, message: pb.Message) -> None: ...
     async def flushed(self) -> None: ...
     async def next_input(self) -> pb.Message: ...
+    async def store_file(
+        self, source: FileSource, filename: str, media_type: str | None
+    ) -> pb.Part: ...
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,35 @@ class TurnContext:
         _add_parts(art.parts, content)
         self._sink.artifact(art, append, last_chunk, metadata)
         return art.artifact_id
+
+    async def file_artifact(
+        self,
+        data_or_path: FileSource,
+        *,
+        filename: str | None = None,
+        media_type: str | None = None,
+        name: str | None = None,
+        description: str = "",
+        artifact_id: str | None = None,
+        metadata: dict | None = None,
+    ) -> str:
+        """Store a file (bytes, a path, or a binary file object read to its end) and emit an
+        artifact whose part is a `url` to download it, with `filename`, `mediaType` and the
+        metadata `a2a_service.byteSize` / `a2a_service.sha256`; the bytes never travel in the
+        task. `filename` defaults to the path's name; `media_type` is guessed from the file
+        name. FileArtifactLimitError when over the size limits. Returns the artifact id."""
+        if filename is None:
+            if not isinstance(data_or_path, (str, os.PathLike)):
+                raise ValueError("file_artifact: give a filename for bytes or a file object")
+            filename = os.path.basename(os.fspath(data_or_path))
+        part = await self._sink.store_file(data_or_path, filename, media_type)
+        return await self.artifact(
+            part,
+            artifact_id=artifact_id,
+            name=part.filename if name is None else name,
+            description=description,
+            metadata=metadata,
+        )
 
     async def reply(self, content: PartsLike | pb.Message) -> None:
         """Answer directly with a Message; no task is stored when this is the turn's only output."""

@@ -20,6 +20,7 @@ from google.protobuf.message import Message as ProtoMessage
 from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.cards.card import Cards
+from service.engine.files import StoredFile
 from service.engine.registry import Engine, Turn
 from service.inputs.policy import InputPolicy
 from service.protocol.admission import Gate
@@ -30,6 +31,7 @@ from service.protocol.errors import (
     VersionNotSupportedError,
     invalid_field,
 )
+from service.protocol.files import SHA256_HEX
 from service.protocol.params import (  # noqa: F401 - CallContext: what every binding builds
     CREDENTIAL_KEYS,
     SUPPORTED_VERSIONS,
@@ -357,6 +359,23 @@ class A2AApi:
         scope = await self._push_scope(request, call, config_id=request.id)
         await self._delete_push_config(scope, request.task_id, request.id)
         return empty_pb2.Empty()  # deleting an absent config is not an error (idempotent)
+
+    # ---- stored file artifacts (the gateway's download route, not an RPC) -------
+
+    async def stored_file(
+        self, call: CallContext, tenant: str, task_id: str, sha256: str
+    ) -> StoredFile:
+        """A task's stored file, for the task's owner in its tenant; anyone else gets
+        TaskNotFoundError exactly as from GetTask. A plain download: no A2A-Version needed."""
+        if self.gate.closed:
+            self.gate.check()
+        check_id(tenant, "tenant")
+        check_id(task_id, "taskId", required=True)
+        if not SHA256_HEX.fullmatch(sha256):
+            raise TaskNotFoundError(
+                f"Task {task_id} has no stored file by that name (its SHA-256, lower-case hex)."
+            )
+        return await self.engine.stored_file(Scope(tenant, call.principal), task_id, sha256)
 
     # ---- agent card ------------------------------------------------------------
 

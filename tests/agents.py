@@ -16,6 +16,8 @@ Commands (the first word of the message):
   exts             artifact listing the extensions the caller requested
   linger           INPUT_REQUIRED, then keeps running 0.1 s before returning
   meta             artifact listing the call metadata keys the agent sees
+  file NAME TEXT   a stored file artifact named NAME holding TEXT (ctx.file_artifact)
+  bytes N          a stored file artifact data.bin of N bytes (a repeating pattern)
 """
 
 from __future__ import annotations
@@ -72,6 +74,14 @@ class ScriptedAgent:
             await asyncio.sleep(0.1)  # still winding down (cleanup) after the turn settled
         elif word == "meta":
             await ctx.artifact(" ".join(sorted(ctx.caller.metadata)), name="metadata")
+        elif word == "file":
+            filename, _, content = rest.partition(" ")
+            await ctx.file_artifact(content.encode(), filename=filename)
+        elif word == "bytes":
+            size = int(rest)
+            pattern = bytes(range(256))
+            data = pattern * (size // 256) + pattern[: size % 256]
+            await ctx.file_artifact(data, filename="data.bin")
         elif word == "reject":
             await ctx.reject("no thanks")
         elif word == "burst":  # many chunks, yielding to the loop between them

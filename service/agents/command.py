@@ -7,6 +7,14 @@ SIGTERM, then SIGKILL after a grace period. The program runs
 in the message's working directory (metadata a2a_service.cwd, checked by
 service.inputs.workspace) when it names one; otherwise each context gets its own
 directory under the data directory, kept across turns.
+
+Each turn also gets a fresh, empty directory named by the environment variable
+`A2A_OUTPUT_DIR`; every regular file the program leaves there (subdirectories
+included) becomes a stored file artifact (service.engine.files; media type guessed
+from the name, artifact name = the path inside the directory), after the program
+exited, whatever its status. Symbolic links and special files are ignored. A file
+over the size limits fails the turn, saying which and why. The directory is removed
+after the turn.
 """
 
 from __future__ import annotations
@@ -17,14 +25,18 @@ import contextlib
 import os
 import pathlib
 import shlex
+import shutil
 import signal
+import stat
 from collections.abc import Sequence
 
-from service.agent import TurnContext, cwd_of
+from service.agent import FileArtifactLimitError, TurnContext, cwd_of
+from service.protocol.ids import uuid7
 
 CHUNK_BYTES = 64 * 1024
 FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence
 STDERR_TAIL = 2000
+OUTPUT_DIR_ENV = "A2A_OUTPUT_DIR"
 
 
 class CommandAgent:
@@ -44,11 +56,17 @@ class CommandAgent:
         argv: Sequence[str] | str = (),
         workspace_root: str | pathlib.Path = "data/workspaces",
         kill_grace_seconds: float = 5.0,
+        output_root: str | pathlib.Path | None = None,
     ) -> None:
         self.argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
         if not self.argv:
             raise ValueError("the command agent needs a program to run (--command / A2A_COMMAND)")
         self.workspace_root = pathlib.Path(workspace_root)
+        self.output_root = (
+            pathlib.Path(output_root)
+            if output_root is not None
+            else self.workspace_root.parent / "outputs"
+        )
         self.kill_grace_seconds = kill_grace_seconds
 
     def workdir(self, context_id: str) -> pathlib.Path:
@@ -58,6 +76,15 @@ class CommandAgent:
         return path
 
     async def run(self, ctx: TurnContext) -> None:
+        # Absolute: the program runs in its working directory, not in ours.
+        outputs = self.output_root.absolute() / f"turn-{uuid7()}"
+        outputs.mkdir(mode=0o700, parents=True)
+        try:
+            await self._run(ctx, outputs)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, outputs, True)
+
+    async def _run(self, ctx: TurnContext, outputs: pathlib.Path) -> None:
         proc = await asyncio.create_subprocess_exec(
             *self.argv,
             cwd=cwd_of(ctx.metadata) or self.workdir(ctx.context_id),
@@ -65,6 +92,7 @@ class CommandAgent:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            env={**os.environ, OUTPUT_DIR_ENV: str(outputs)},
         )
         try:
             await ctx.working()
@@ -77,11 +105,26 @@ class CommandAgent:
         except asyncio.CancelledError:
             await self._stop(proc)
             raise
+        try:
+            await self._store_outputs(ctx, outputs)
+        except FileArtifactLimitError as exc:
+            await ctx.fail(f"An output file of the command was not stored: {exc}")
+            return
         if code == 0:
             await ctx.complete()
         else:
             detail = f": {err}" if err else ""
             await ctx.fail(f"The command exited with status {code}{detail}")
+
+    async def _store_outputs(self, ctx: TurnContext, outputs: pathlib.Path) -> None:
+        """Every regular file left in the output directory, as a stored file artifact."""
+        for relative, path in await asyncio.to_thread(_regular_files, outputs):
+            try:
+                await ctx.file_artifact(path, name=relative)
+            except FileArtifactLimitError:
+                raise
+            except (ValueError, OSError):
+                continue  # since the listing: removed, or replaced by a link or a FIFO
 
     async def _feed(self, proc: asyncio.subprocess.Process, data: bytes) -> None:
         assert proc.stdin is not None
@@ -154,3 +197,19 @@ class CommandAgent:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+
+
+def _regular_files(root: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
+    """(path inside root with '/', path) of every regular file below root, sorted; links
+    (to files or directories) and special files are left out."""
+    found: list[tuple[str, pathlib.Path]] = []
+    for directory, _dirs, files in os.walk(root, followlinks=False):
+        base = pathlib.Path(directory)
+        for name in files:
+            path = base / name
+            try:
+                if stat.S_ISREG(path.lstat().st_mode):
+                    found.append((path.relative_to(root).as_posix(), path))
+            except OSError:
+                continue
+    return sorted(found)

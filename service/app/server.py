@@ -22,6 +22,7 @@ import logging
 import os
 import pathlib
 import socket
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ from service.auth.settings import advertised, authenticator_from, startup_warnin
 from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.bus import InProcessBus
+from service.engine.files import FileArtifacts
 from service.engine.registry import Engine
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
@@ -55,6 +57,7 @@ from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
 from service.store import Store, open_store
+from service.store.blobs import LocalBlobStore
 
 log = logging.getLogger("service")
 
@@ -112,6 +115,7 @@ def build_agent(settings: Settings) -> Agent:
             "command",
             argv=settings.command,
             workspace_root=workspaces,
+            output_root=f"{settings.data_dir}/outputs",
             kill_grace_seconds=settings.command_grace_seconds,
         )
     return load_agent(settings.agent)
@@ -131,6 +135,7 @@ class Service:
     http: HttpServer | None = None
     invoker: Invoker | None = None
     push: PushNotifications | None = None
+    files: FileArtifacts | None = None  # stored file artifacts (in-process mode)
     signer: CardSigner | None = None  # None: cards are not signed
     auth: Authenticator | None = None  # None: authentication is off
     tls: TlsFiles | None = None
@@ -197,6 +202,7 @@ class Service:
             jwks_path=s.card_jwks_path,
             auth=self.auth,
             forward_credentials=bool(s.upstream),
+            files=self.api,  # None in proxy mode: the files live with the upstream
         )
         if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
             app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response
@@ -264,12 +270,15 @@ class Service:
         if s.push_notifications:
             with _setting(push_key):
                 self.push = PushNotifications.from_settings(s, self.store, s.data_dir)
+        blobs = self._blob_store()
+        self.files = self._file_artifacts(blobs)
         self.engine = Engine(
             self.store,
             agent,
             bus=InProcessBus(),  # one process: events fan out in memory
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,
+            files=self.files,
         )
         lost = await self.engine.recover()
         if lost:
@@ -315,7 +324,8 @@ class Service:
                 s,
                 self.cards.public_card(),
                 StoreContextLookup(self.engine),
-                denied=[s.data_dir, *secret_files(s)],
+                # every tenant's stored files too: no file:// part may read them
+                denied=[s.data_dir, str(blobs.root), *secret_files(s)],
             ),
             gate=self.gate,
         )
@@ -344,6 +354,36 @@ class Service:
             _security_note(self.auth, self.tls),
         )
 
+    def _http_base(self) -> str:
+        """The base URL clients reach the HTTP gateway at ('' when there is none)."""
+        s = self.settings
+        if s.public_url:
+            return s.public_url.rstrip("/")
+        if self.http is None:
+            return ""
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{_url_host(s.host)}:{self.http_port}"
+
+    def _file_artifacts(self, blobs: LocalBlobStore) -> FileArtifacts:
+        s = self.settings
+        return FileArtifacts(
+            blobs,
+            base_url=self._http_base(),
+            max_file_bytes=s.file_artifact_max_bytes,
+            max_turn_bytes=s.file_artifacts_max_bytes_per_turn,
+            local_urls=s.file_artifact_local_urls,
+        )
+
+    def _blob_store(self) -> LocalBlobStore:
+        """Where file artifacts' bytes go: file_artifact_dir, else DATA_DIR/files (with the
+        memory store, whose tasks end with the process, a temporary directory)."""
+        s = self.settings
+        if s.file_artifact_dir:
+            return LocalBlobStore(s.file_artifact_dir)
+        if s.store_url.startswith("memory:"):
+            return LocalBlobStore(tempfile.mkdtemp(prefix="a2a-files-"), ephemeral=True)
+        return LocalBlobStore(pathlib.Path(s.data_dir) / "files")
+
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),
         HTTP+JSON, then gRPC as bare host:port. In proxy mode gRPC is listed only when
@@ -351,8 +391,7 @@ class Service:
         s = self.settings
         interfaces = []
         if self.http is not None:
-            scheme = "https" if self.tls is not None else "http"
-            base = s.public_url.rstrip("/") or f"{scheme}://{_url_host(s.host)}:{self.http_port}"
+            base = self._http_base()
             interfaces += [interface(base, "JSONRPC"), interface(base, "HTTP+JSON")]
         if s.upstream:
             if s.grpc_public_address:
@@ -447,6 +486,8 @@ class Service:
             await self.push.stop()
         if self.store is not None:
             await self.store.close()
+        if self.files is not None:
+            await self.files.close()
         self.ownership.release()
         if self._started:
             log.info("stopped")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
 from service.engine.bus import EventBus, Subscription
+from service.engine.files import FileArtifacts, StoredFile
 from service.engine.run import TaskRun
 from service.engine.stream import EventStream
 from service.protocol.errors import (
@@ -61,8 +62,10 @@ class Engine:
         bus: EventBus,
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
         event_pace: float = 0.0,
+        files: FileArtifacts | None = None,
     ) -> None:
         self.store = store
+        self.files = files  # stored file artifacts (None: ctx.file_artifact is refused)
         self.agent = agent
         self.bus = bus  # chosen by the composition root (in-process for one replica)
         self.on_commit = on_commit  # called synchronously after each committed batch of events
@@ -102,6 +105,7 @@ class Engine:
             on_idle=self._forget,
             on_commit=self.on_commit,
             pace=self.event_pace,
+            files=self.files,
         )
         self._runs[(scope, task_id)] = run
         return run
@@ -374,6 +378,20 @@ class Engine:
         if task is None:
             raise TaskNotFoundError(f"Task {task_id} not found.")
         return task
+
+    async def stored_file(self, scope: Scope, task_id: str, sha256: str) -> StoredFile:
+        """A file artifact of a task the scope can see (TaskNotFoundError, as GetTask, for
+        any other task; also for a hash the task has no file of)."""
+        task = await self.get(scope, task_id)
+        found = await self.files.find(scope, task, sha256) if self.files is not None else None
+        if found is None:
+            raise TaskNotFoundError(f"Task {task_id} has no stored file {sha256}.")
+        return found
+
+    async def release_files(self, scope: Scope, task_id: str) -> int:
+        """For task retention, when it deletes a task: its stored files go, unless another
+        task stored the same bytes. Returns how many blobs were deleted."""
+        return await self.files.release_task(scope, task_id) if self.files is not None else 0
 
     async def last_seq(self, scope: Scope, task_id: str) -> int:
         """The task's latest committed event (0 when none): where a new listener starts."""

@@ -15,8 +15,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gen import a2a_pb2 as pb
-from service.agent import metadata_struct
+from service.agent import FileSource, metadata_struct
 from service.engine.bus import EventBus
+from service.engine.files import FileArtifacts
 from service.protocol.errors import InternalError, InvalidAgentResponseError
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
@@ -42,8 +43,11 @@ class TaskRun:
         on_idle: Callable[[TaskRun], None] | None = None,
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
         pace: float = 0.0,
+        files: FileArtifacts | None = None,
     ) -> None:
         self.store = store
+        self.files = files  # None: this server stores no file artifacts
+        self.turn_file_bytes = 0  # stored by the current turn, for its limit
         self.bus = bus
         self.scope = scope
         self.task_id = task_id
@@ -141,6 +145,7 @@ class TaskRun:
     def start_turn(self) -> asyncio.Future[pb.Message | None]:
         self._resolve_turn(None)  # a previous turn's waiter is never left behind
         self.turn = asyncio.get_running_loop().create_future()
+        self.turn_file_bytes = 0
         return self.turn
 
     # ---- emissions (synchronous: applied now, committed by the flusher) ----
@@ -191,6 +196,19 @@ class TaskRun:
         update.append = append
         update.last_chunk = last_chunk
         self._queue(event)
+
+    async def store_file(
+        self, source: FileSource, filename: str, media_type: str | None
+    ) -> pb.Part:
+        """Store a file artifact's bytes (before its artifact is emitted); the url part."""
+        self._check_open()
+        if self.files is None:
+            raise InvalidAgentResponseError("This server does not store file artifacts.")
+        part, size = await self.files.store(
+            self.scope, self.task_id, source, filename, media_type, self.turn_file_bytes
+        )
+        self.turn_file_bytes += size
+        return part
 
     def reply(self, message: pb.Message) -> None:
         """A direct answer: a Message and no task, if nothing else was emitted yet."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import mimetypes
 import os
-import re
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from service.inputs.workspace import (
     set_message_cwd,
 )
 from service.protocol.errors import ContentTypeNotSupportedError, invalid_field
+from service.protocol.media import essence
 from service.store import Scope
 
 MiB = 1024 * 1024
@@ -54,8 +54,6 @@ DEFAULT_MAX_BINARY_BYTES = 5 * MiB
 DEFAULT_MAX_FILE_BYTES = 25 * MiB
 MAX_URL_CHARS = 8192
 
-_TOKEN = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
-_MEDIA_TYPE = re.compile(rf"({_TOKEN})/({_TOKEN})(\s*;.*)?", re.DOTALL)
 TEXT_LIKE = frozenset(
     {
         "application/json",
@@ -90,10 +88,10 @@ def _size(n: int) -> str:
 
 def media_type_of(raw: str, field_name: str) -> str:
     """`type/subtype` in lower case (parameters dropped), or InvalidParams."""
-    m = _MEDIA_TYPE.fullmatch(raw.strip()) if len(raw) <= 255 else None
-    if m is None:
+    media_type = essence(raw)
+    if media_type is None:
         raise invalid_field(field_name, "is not a media type (type/subtype, e.g. text/plain)")
-    return f"{m.group(1)}/{m.group(2)}".lower()
+    return media_type
 
 
 @dataclass(frozen=True)

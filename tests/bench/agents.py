@@ -4,11 +4,15 @@ ChunkAgent: the message text is `N` or `N K`; the agent emits one artifact in N 
 (append / lastChunk, like a model streaming tokens) as fast as it can, handing the
 event loop back every K chunks (default 1, so the engine's flusher can run while the
 agent is still producing; K=0 never yields), then the turn completes.
+
+FileAgent: the message text is `file N` (bytes) or `file NMiB`; the agent stores that many
+random bytes as one file artifact (ctx.file_artifact), then the turn completes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 from service.agent import TurnContext
 
@@ -30,3 +34,13 @@ class ChunkAgent:
             )
             if every and (i + 1) % every == 0:
                 await asyncio.sleep(0)
+
+
+class FileAgent:
+    name = "File bench agent"
+    description = "Stores N random bytes as one file artifact."
+
+    async def run(self, ctx: TurnContext) -> None:
+        spec = ctx.text.split()[-1]
+        size = int(spec[:-3]) * 1024 * 1024 if spec.endswith("MiB") else int(spec)
+        await ctx.file_artifact(os.urandom(size), filename="bench.bin")

@@ -12,6 +12,8 @@
    handler returning a fixed JSON body and the a2a-sdk 1.3.0 JSON-RPC server (http_bench.py).
 5. Push notifications delivered per second to a fast loopback receiver, local-file queue and
    redis-streams (push_bench.py).
+6. A stored 10 MiB file artifact downloaded from the gateway against starlette's FileResponse
+   serving the same file, and GetTask latency by artifact size (file_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -49,6 +51,9 @@ from tests.bench.common import (  # noqa: E402
     send_request,
     summarize_rounds,
 )
+from tests.bench.file_bench import add_arguments as add_file_arguments  # noqa: E402
+from tests.bench.file_bench import apply_defaults as file_defaults  # noqa: E402
+from tests.bench.file_bench import bench_files, file_rows_bad, report_files  # noqa: E402
 from tests.bench.http_bench import bench_http  # noqa: E402
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
 
@@ -655,6 +660,8 @@ def report(results: dict, args) -> str:
             )
     if "push" in results:
         out.append(report_push(results["push"]))
+    if "files" in results:
+        out.append(report_files(results["files"], args))
     return "\n".join(out)
 
 
@@ -678,6 +685,7 @@ def numbers_ok(results: dict) -> list[str]:
         if not all(math.isfinite(r[k]) and r[k] > 0 for k in r if k != "query"):
             bad.append(f"list_tasks/{r['query']}")
     bad += push_rows_bad(results.get("push", []))
+    bad += file_rows_bad(results.get("files", {}))
     return bad
 
 
@@ -693,8 +701,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push",
-        help="comma list of: send, stream, list, http, push",
+        default="send,stream,list,http,push,files",
+        help="comma list of: send, stream, list, http, push, files",
     )
     p.add_argument(
         "--duration",
@@ -747,7 +755,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
     )
+    add_file_arguments(p)
     args = p.parse_args(argv)
+    file_defaults(args)
     quick = args.quick
     defaults = dict(
         duration=2.0 if quick else 4.0,
@@ -766,7 +776,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push"}
+    parts = {"send", "stream", "list", "http", "push", "files"}
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -795,6 +805,7 @@ async def amain(args) -> dict:
             ("list", "list_tasks", "ListTasks", bench_list),
             ("http", "http", "SendMessage over HTTP", bench_http),
             ("push", "push", "Push delivery", bench_push),
+            ("files", "files", "Stored file artifacts", bench_files),
         )
         try:
             for name, key, title, bench in sections:

@@ -37,6 +37,12 @@ def test_bench_quick_produces_every_row(tmp_path):
         "5",
         "--list-warmup",
         "1",
+        "--file-mib",
+        "1",
+        "--file-duration",
+        "0.2",
+        "--file-reads",
+        "5",
         "--json",
         str(out),
     ]
@@ -77,5 +83,14 @@ def test_bench_quick_produces_every_row(tmp_path):
         ):
             assert number(row[field]), (row["query"], field, row[field])
 
-    for heading in ("SendMessage", "Streaming", "ListTasks"):
+    files = doc["files"]
+    assert {r["key"] for r in files["download"]} == {"bare", "ours"}
+    for row in files["download"]:
+        assert number(row["mib_per_s"]) and number(row["p50_ms"]), row
+    assert number(files["vs_file_response"])
+    assert {r["artifact"] for r in files["task_reads"]} == {"1 KiB", "1 MiB"}
+    for row in files["task_reads"]:
+        assert number(row["p50_ms"]) and number(row["vs_1kib"]), row
+
+    for heading in ("SendMessage", "Streaming", "ListTasks", "Stored file artifact download"):
         assert heading in proc.stdout

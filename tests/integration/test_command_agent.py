@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import sys
 
 import grpc
+import httpx
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
@@ -148,3 +150,76 @@ async def test_cancel_kills_a_process_that_ignores_sigterm(start_service):
         canceled = await stub.CancelTask(pb.CancelTaskRequest(id=task.id))
     assert canceled.status.state == pb.TASK_STATE_CANCELED
     assert not _alive(pid)
+
+
+# ---- A2A_OUTPUT_DIR: files the program leaves become stored file artifacts ----------
+
+
+def _files_of(task: pb.Task) -> dict[str, pb.Part]:
+    return {a.name: a.parts[0] for a in task.artifacts if a.parts[0].url}
+
+
+async def test_output_dir_files_become_file_artifacts(start_service, tmp_path):
+    script = tmp_path / "outputs.sh"
+    script.write_text(
+        'cd "$A2A_OUTPUT_DIR" || exit 9\n'
+        "ls -A | wc -l\n"
+        "printf report > report.txt\n"
+        "mkdir sub && printf 'a,b' > sub/table.csv\n"
+        "printf blob > data.bin\n"
+        "ln -s /etc/hostname link.txt && ln -s .. dirlink && mkfifo pipe\n"
+        f"{sys.executable} -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sock\")'\n"
+        "pwd\n"
+    )
+    service, channel, stub = await command_stub(start_service, f"sh {script}", http_port=0)
+    async with channel, httpx.AsyncClient(timeout=10) as http:
+        task = (await stub.SendMessage(request("x"))).task
+        second = (await stub.SendMessage(request("x"))).task
+        assert task.status.state == pb.TASK_STATE_COMPLETED, task.status
+        stdout = "".join(p.text for a in task.artifacts for p in a.parts if p.text).split()
+        assert stdout[0] == "0"  # the directory starts empty
+        files = _files_of(task)
+        assert sorted(files) == ["data.bin", "report.txt", "sub/table.csv"]  # no link/fifo/socket
+        assert files["report.txt"].media_type == "text/plain"
+        assert files["sub/table.csv"].media_type == "text/csv"
+        assert files["sub/table.csv"].filename == "table.csv"
+        assert files["data.bin"].media_type == "application/octet-stream"
+        got = await http.get(files["sub/table.csv"].url)
+        assert got.status_code == 200 and got.content == b"a,b"
+        # every turn has its own fresh directory, and it is gone after the turn
+        again = "".join(p.text for a in second.artifacts for p in a.parts if p.text).split()
+        assert again[0] == "0" and again[-1] != stdout[-1]
+    gone = await asyncio.to_thread(lambda: not any(map(os.path.exists, (stdout[-1], again[-1]))))
+    assert gone
+
+
+async def test_a_file_over_the_per_file_cap_fails_the_task(start_service):
+    script = 'head -c 2000 /dev/zero > "$A2A_OUTPUT_DIR/big.bin"'
+    _, channel, stub = await command_stub(
+        start_service, f"sh -c '{script}'", file_artifact_max_bytes=1000
+    )
+    async with channel:
+        task = (await stub.SendMessage(request("x"))).task
+    assert task.status.state == pb.TASK_STATE_FAILED
+    message = task.status.message.parts[0].text
+    assert "big.bin" in message and "file_artifact_max_bytes" in message
+    assert not _files_of(task)
+
+
+async def test_files_over_the_per_turn_cap_fail_the_task(start_service):
+    script = (
+        'head -c 600 /dev/zero > "$A2A_OUTPUT_DIR/a.bin"; '
+        'head -c 600 /dev/urandom > "$A2A_OUTPUT_DIR/b.bin"'
+    )
+    _, channel, stub = await command_stub(
+        start_service,
+        f"sh -c '{script}'",
+        file_artifact_max_bytes=1000,
+        file_artifacts_max_bytes_per_turn=1000,
+    )
+    async with channel:
+        task = (await stub.SendMessage(request("x"))).task
+    assert task.status.state == pb.TASK_STATE_FAILED
+    message = task.status.message.parts[0].text
+    assert "b.bin" in message and "file_artifacts_max_bytes_per_turn" in message
+    assert sorted(_files_of(task)) == ["a.bin"]  # the first fit, and stays
