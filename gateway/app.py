@@ -60,10 +60,17 @@ def build_app(
     jwks_path: str = "",
     auth: Authenticator | None = None,
     forward_credentials: bool = False,
+    reject_unknown_fields: bool = False,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
-    credential headers for the invoker (proxy mode: the upstream authenticates again)."""
-    options = HttpOptions(keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes)
+    credential headers for the invoker (proxy mode: the upstream authenticates again).
+    `reject_unknown_fields`: request JSON members that name no field are InvalidParams
+    (else they are ignored)."""
+    options = HttpOptions(
+        keepalive_seconds=keepalive_seconds,
+        max_body_bytes=max_body_bytes,
+        reject_unknown_fields=reject_unknown_fields,
+    )
     jsonrpc = JsonRpcEndpoint(invoker, service, options)
     rest = RestEndpoint(invoker, service, options)
     guard = (

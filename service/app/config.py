@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
+from gateway.unknown_fields import UnknownFieldSettings, validate_unknown_fields
 from service.auth import settings as security
 from service.auth.settings import SecuritySettings
 from service.cards import signing
@@ -31,7 +32,14 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Settings(PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings):
+class Settings(
+    PushSettings,
+    SecuritySettings,
+    InputSettings,
+    SigningSettings,
+    NetSettings,
+    UnknownFieldSettings,
+):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
     host: str = "127.0.0.1"
@@ -200,6 +208,7 @@ def validate(s: Settings) -> None:
         signing.validate_signing,
         security.validate_security,
         validate_netlimits,
+        validate_unknown_fields,
     ):
         try:
             check(s)

@@ -36,6 +36,7 @@ from gateway.app import build_app
 from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
+from gateway.unknown_fields import REJECT
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
 from service.api import A2AApi
@@ -197,6 +198,7 @@ class Service:
             jwks_path=s.card_jwks_path,
             auth=self.auth,
             forward_credentials=bool(s.upstream),
+            reject_unknown_fields=s.json_unknown_fields == REJECT,
         )
         if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
             app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response
