@@ -16,6 +16,8 @@ Commands (the first word of the message):
   exts             artifact listing the extensions the caller requested
   linger           INPUT_REQUIRED, then keeps running 0.1 s before returning
   meta             artifact listing the call metadata keys the agent sees
+  tools            a tool call (started, input, finished) with secrets and paths in its input
+                   and result, a failed one, then token usage (the a2a_service extension)
 """
 
 from __future__ import annotations
@@ -23,6 +25,18 @@ from __future__ import annotations
 import asyncio
 
 from service.agent import TurnContext
+
+
+def tool_steps(use_id: str) -> list[tuple[str, str, str]]:
+    """(status, name, toolUseId) of each a2a_service.tool update of the `tools` command."""
+    return [
+        ("started", "read_file", use_id),
+        ("input_delta", "read_file", use_id),
+        ("input_complete", "read_file", use_id),
+        ("completed", "read_file", use_id),
+        ("started", "search", "call-2"),
+        ("failed", "search", "call-2"),
+    ]
 
 
 class ScriptedAgent:
@@ -72,6 +86,19 @@ class ScriptedAgent:
             await asyncio.sleep(0.1)  # still winding down (cleanup) after the turn settled
         elif word == "meta":
             await ctx.artifact(" ".join(sorted(ctx.caller.metadata)), name="metadata")
+        elif word == "tools":
+            use = await ctx.tool_started(
+                "read_file", input={"path": "/home/alice/notes.txt", "api_key": "sk-live-123"}
+            )
+            await ctx.tool_input_delta(use, '{"limit": 10}')
+            await ctx.tool_input_complete(use, input={"path": "/home/alice/notes.txt", "limit": 10})
+            await ctx.tool_finished(
+                use, result={"text": "read /home/alice/notes.txt", "token": "abc", "lines": 3}
+            )
+            failed = await ctx.tool_started("search", tool_use_id="call-2")
+            await ctx.tool_finished(failed, failed=True, result="Bearer abcdefghijklmnopqrst")
+            await ctx.usage(input_tokens=120, output_tokens=30)
+            await ctx.artifact("done", name="answer")
         elif word == "reject":
             await ctx.reject("no thanks")
         elif word == "burst":  # many chunks, yielding to the loop between them
