@@ -50,6 +50,17 @@ def slow_saves(service: Service, delay: float) -> None:
     store.save = save
 
 
+def slow_loads(service: Service, delay: float) -> None:
+    store = service.engine.store
+    real = store.get
+
+    async def get(scope, task_id):
+        await asyncio.sleep(delay)
+        return await real(scope, task_id)
+
+    store.get = get
+
+
 def request(text: str, return_immediately: bool = False, **fields) -> pb.SendMessageRequest:
     req = pb.SendMessageRequest(message=user_message(text, **fields))
     req.configuration.return_immediately = return_immediately
@@ -104,14 +115,7 @@ async def test_follow_up_waits_for_a_lingering_agent(service):
 
 async def test_a_caller_leaving_during_a_load_does_not_fail_the_others(service):
     task = (await service.api.SendMessage(request("input x"), CALL)).task
-    store = service.engine.store
-    real_get = store.get
-
-    async def slow_get(scope, task_id):
-        await asyncio.sleep(0.3)
-        return await real_get(scope, task_id)
-
-    store.get = slow_get
+    slow_loads(service, 0.3)
     a = asyncio.create_task(service.api.CancelTask(pb.CancelTaskRequest(id=task.id), CALL))
     await asyncio.sleep(0.02)
     b = asyncio.create_task(service.api.CancelTask(pb.CancelTaskRequest(id=task.id), CALL))
@@ -243,14 +247,7 @@ async def test_subscribing_while_the_pause_commits_then_a_new_run_answers(servic
 async def test_a_subscription_and_a_follow_up_loading_the_paused_task_together(service):
     paused = await service.api.SendMessage(request("input x"), CALL)
     task_id = paused.task.id
-    store = service.engine.store
-    real_get = store.get
-
-    async def slow_get(scope, tid):
-        await asyncio.sleep(0.1)
-        return await real_get(scope, tid)
-
-    store.get = slow_get
+    slow_loads(service, 0.1)
     stream_call = asyncio.create_task(
         service.api.SubscribeToTask(pb.SubscribeToTaskRequest(id=task_id), CALL)
     )
