@@ -38,6 +38,8 @@ MAX_ITEMS = 16  # items of one list
 MAX_DEPTH = 4  # nesting below the top-level value
 MAX_TOKENS = 10**15  # a usage count beyond this is not a count
 
+_MARGIN = 256  # characters past a string's cap that are still scrubbed before the cut
+
 REDACTED = "[redacted]"
 PATH = "[path]"
 
@@ -113,6 +115,9 @@ def is_sensitive_key(key: str) -> bool:
 def clean_text(text: str, limit: int = MAX_TEXT, *, random_runs: bool = True) -> str:
     """`text` without secrets or local paths, cut to `limit` characters (marked with …).
     `random_runs`: also redact long random-looking strings (not for ids and names)."""
+    # Scrub a bounded prefix only (the patterns' cost grows with the text): a margin past
+    # `limit` lets a secret that starts before the cut still be recognised whole.
+    text = text[: limit + _MARGIN]
     patterns = [*_SECRETS, _RANDOM_RUN] if random_runs else _SECRETS
     for pattern in patterns:
         if pattern.groups:  # keep the key and its separator, drop the value

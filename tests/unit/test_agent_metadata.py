@@ -71,6 +71,10 @@ def test_ordinary_text_stays(text):
 
 def test_strings_are_capped():
     assert am.clean_text("x" * 10_000) == "x" * (am.MAX_TEXT - 1) + "…"
+    # A secret that starts just before the cut is still recognised and removed.
+    cut = am.clean_text("y" * (am.MAX_TEXT - 20) + " token=" + "s3cr3t" * 100)
+    assert "s3cr3t" not in cut and cut.endswith("token=[redacted]")
+    assert len(am.clean_text("a-" * 1_000_000)) == am.MAX_TEXT  # huge input: bounded work
     assert len(am.clean_name("t" * 1000, "name")) == am.MAX_NAME
 
 
