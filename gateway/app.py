@@ -65,12 +65,18 @@ def build_app(
     auth: Authenticator | None = None,
     forward_credentials: bool = False,
     files: FileReader | None = None,
+    reject_unknown_fields: bool = False,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again).
     `files`: where stored file artifacts are read (None: no download route, as in proxy
-    mode, where the bytes live with the upstream)."""
-    options = HttpOptions(keepalive_seconds=keepalive_seconds, max_body_bytes=max_body_bytes)
+    mode, where the bytes live with the upstream). `reject_unknown_fields`: request JSON
+    members that name no field are InvalidParams (else they are ignored)."""
+    options = HttpOptions(
+        keepalive_seconds=keepalive_seconds,
+        max_body_bytes=max_body_bytes,
+        reject_unknown_fields=reject_unknown_fields,
+    )
     jsonrpc = JsonRpcEndpoint(invoker, service, options)
     rest = RestEndpoint(invoker, service, options)
     guard = (

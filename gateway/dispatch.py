@@ -48,6 +48,7 @@ class HttpOptions:
 
     keepalive_seconds: float = 15.0  # between SSE keep-alive comments on an idle stream
     max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is 413
+    reject_unknown_fields: bool = False  # json_unknown_fields = "reject": strict request JSON
 
 
 class Codec(Protocol):

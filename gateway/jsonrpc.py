@@ -92,9 +92,12 @@ def _check_envelope(doc: Any) -> tuple[str, dict[str, Any]]:
 
 
 class JsonRpcDispatcher:
-    def __init__(self, invoker: Invoker, service: ServiceDescriptor) -> None:
+    def __init__(
+        self, invoker: Invoker, service: ServiceDescriptor, *, reject_unknown_fields: bool = False
+    ) -> None:
         self.invoker = invoker
         self.methods = method_table(service)
+        self.reject_unknown_fields = reject_unknown_fields  # else members of no field are dropped
 
     async def dispatch(self, doc: Any, call: CallContext | Callable[[], CallContext]) -> Reply:
         """Answer the request document `doc`. `call` may be a function that builds the
@@ -111,7 +114,12 @@ class JsonRpcDispatcher:
                     f"Unknown method {name!r}; methods are the A2AService RPC names, e.g. SendMessage."
                 )
             method, request_cls = entry
-            message = build_request(request_cls, body=params, body_field="*")
+            message = build_request(
+                request_cls,
+                body=params,
+                body_field="*",
+                reject_unknown=self.reject_unknown_fields,
+            )
             context = call() if callable(call) else call
             return await invoke(
                 self.invoker, method, message, context, envelope, f"JSON-RPC {name}"

@@ -25,7 +25,9 @@ from gateway.transcode import parse_json_body
 
 class JsonRpcEndpoint:
     def __init__(self, invoker: Invoker, service: ServiceDescriptor, options: HttpOptions) -> None:
-        self.dispatcher = JsonRpcDispatcher(invoker, service)
+        self.dispatcher = JsonRpcDispatcher(
+            invoker, service, reject_unknown_fields=options.reject_unknown_fields
+        )
         self.options = options
 
     async def handle(self, request: Request, caller: Caller) -> Response:

@@ -85,6 +85,7 @@ class RestEndpoint:
                 body_field=route.body,
                 path_vars=match.path_vars,
                 query=request.query_params.multi_items(),
+                reject_unknown=self.options.reject_unknown_fields,
             )
             call = call_context(caller, request.headers, request.query_params)
             reply = await invoke(self.invoker, route.method, message, call, codec, f"REST {name}")

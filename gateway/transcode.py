@@ -1,7 +1,9 @@
 """ProtoJSON in and out: request messages from HTTP parts, responses as JSON.
 
-A request is assembled as one JSON object and parsed once, strictly
-(`ignore_unknown_fields=False`), with `google.protobuf.json_format`:
+A request is assembled as one JSON object, freed of the members that name no
+field (or, in strict mode, refused at the first one: `known_fields_only`, see
+gateway/unknown_fields.py) and parsed once with `google.protobuf.json_format`,
+which still refuses any value a field cannot hold:
 
 - the body, when the rule has `body: "*"` (or under the named body field);
 - path variables, which must agree with the same field in the body;
@@ -240,8 +242,11 @@ def build_request(
     body_field: str = "",
     path_vars: dict[str, str] | None = None,
     query: list[tuple[str, str]] | None = None,
+    reject_unknown: bool = False,
 ) -> Message:
-    """One request message from body, path variables and query parameters."""
+    """One request message from body, path variables and query parameters. Body members
+    that name no field are dropped, or with `reject_unknown` refused (InvalidParams);
+    query parameters that name no field are always refused (a URL is typed by hand)."""
     descriptor = cls.DESCRIPTOR
     if body_field == "*":
         if body is None:
@@ -279,6 +284,7 @@ def build_request(
                     path, "is set by the URL path or body; it cannot be a query parameter"
                 )
             _set_nested(document, chain, _query_value(chain, values), "query")
+    document = known_fields_only(document, descriptor, reject=reject_unknown)
     message = cls()
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=False)
@@ -287,6 +293,80 @@ def build_request(
     except (TypeError, ValueError, AttributeError) as exc:  # odd shapes json_format does not wrap
         raise InvalidParamsError(f"Invalid params: {exc}") from None
     return message
+
+
+# ---------------------------------------------------------------- unknown members
+
+# Message types whose JSON form is not an object of their fields: nothing inside is a field.
+_OPAQUE = frozenset(
+    {
+        "google.protobuf.Struct",
+        "google.protobuf.Value",
+        "google.protobuf.ListValue",
+        "google.protobuf.Any",
+    }
+)
+_MAX_DEPTH = 100  # json_format refuses deeper messages anyway; past it the document is left as is
+_MAX_NAME_CHARS = 64  # of an unknown member's name, in a refusal
+
+
+def known_fields_only(document: Any, descriptor: Descriptor, *, reject: bool) -> Any:
+    """`document` (the JSON of a `descriptor` message) without the members that name no
+    field, at any depth; with `reject`, the first such member is InvalidParams instead.
+    The input is not modified. Anything that is not the expected shape is returned as it
+    is, for the parser to refuse with its own message."""
+    return _walk(document, descriptor, "", reject, 0)
+
+
+def _walk(value: Any, descriptor: Descriptor, path: str, reject: bool, depth: int) -> Any:
+    if not isinstance(value, dict) or descriptor.full_name in _OPAQUE or depth > _MAX_DEPTH:
+        return value
+    fields = _fields(descriptor)
+    out: dict[str, Any] = {}
+    for key, member in value.items():
+        field = fields.get(key)
+        if field is None:
+            if reject:
+                raise _unknown(descriptor, path, key)
+            continue
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            member = _walk_field(field, member, f"{path}.{key}" if path else key, reject, depth)
+        out[key] = member
+    return out
+
+
+def _walk_field(field: FieldDescriptor, member: Any, path: str, reject: bool, depth: int) -> Any:
+    message = field.message_type
+    if message.GetOptions().map_entry:
+        value_field = message.fields_by_name["value"]
+        if value_field.type != FieldDescriptor.TYPE_MESSAGE or not isinstance(member, dict):
+            return member
+        return {
+            k: _walk(v, value_field.message_type, f"{path}[{_shown(k)}]", reject, depth + 1)
+            for k, v in member.items()
+        }
+    if _repeated(field):
+        if not isinstance(member, list):
+            return member
+        return [
+            _walk(item, message, f"{path}[{i}]", reject, depth + 1) for i, item in enumerate(member)
+        ]
+    return _walk(member, message, path, reject, depth + 1)
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= _MAX_NAME_CHARS else f"{name[:_MAX_NAME_CHARS]}..."
+
+
+def _unknown(descriptor: Descriptor, path: str, key: str) -> A2AError:
+    name = _shown(key)
+    where = f"{path}.{name}" if path else name
+    known = ", ".join(f.json_name for f in descriptor.fields)
+    return invalid_field(
+        where,
+        f"unknown field: {descriptor.name} has no field {name!r} (its fields: {known}); "
+        "this server refuses unknown fields",
+    )
 
 
 _UNKNOWN = re.compile(r'has no field named "([^"]+)" at "([^"]*)"')

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from google.protobuf import json_format, struct_pb2
 
 from gen import a2a_pb2 as pb
+from service import agent_metadata
 from service.protocol.ids import uuid7
 from service.store.blobs import BlobSource
 
@@ -225,8 +226,58 @@ class TurnContext:
         """Wait until everything emitted so far is committed (rarely needed)."""
         await self._sink.flushed()
 
+    # ---- the a2a_service metadata extension: tool progress and token usage ----------
+    # Each call is a WORKING status update whose metadata is `a2a_service.tool` or
+    # `a2a_service.usage` (service/agent_metadata.py caps and sanitises every value).
 
-NAMESPACE = "a2a_service"  # this service's key in message metadata
+    async def tool_started(
+        self, name: str, *, tool_use_id: str | None = None, input: Any = None
+    ) -> str:
+        """A tool call began; returns its toolUseId (generated unless given). Only the
+        shape of `input` is sent (keys, types, lengths), never its values."""
+        use_id = tool_use_id or f"tool-{uuid7()}"
+        self._tool_names()[use_id] = name
+        await self._tool("started", use_id, input=input, has_input=input is not None)
+        return use_id
+
+    async def tool_input_delta(self, tool_use_id: str, delta: str) -> None:
+        """More of a streamed tool input arrived: only its size (characters) is sent."""
+        await self._tool("input_delta", tool_use_id, input_chars=len(delta))
+
+    async def tool_input_complete(self, tool_use_id: str, *, input: Any = None) -> None:
+        """The tool's input is complete (its shape is sent when given)."""
+        await self._tool("input_complete", tool_use_id, input=input, has_input=input is not None)
+
+    async def tool_finished(
+        self, tool_use_id: str, *, result: Any = None, failed: bool = False
+    ) -> None:
+        """The tool call ended (`failed`: with an error). `result`, when given, is sent
+        sanitised: strings capped, credentials and local paths removed."""
+        status = "failed" if failed else "completed"
+        await self._tool(status, tool_use_id, result=result, has_result=result is not None)
+        self._tool_names().pop(tool_use_id, None)
+
+    async def usage(
+        self, *, input_tokens: int, output_tokens: int, total_tokens: int | None = None
+    ) -> None:
+        """Token usage so far (the total is the sum unless given)."""
+        metadata = agent_metadata.usage_metadata(input_tokens, output_tokens, total_tokens)
+        self._sink.status(pb.TASK_STATE_WORKING, None, metadata)
+
+    def _tool_names(self) -> dict[str, str]:
+        """The names of this turn's tool calls by toolUseId (later steps repeat the name)."""
+        names: dict[str, str] = self.__dict__.setdefault("_tool_calls", {})
+        return names
+
+    async def _tool(self, status: str, tool_use_id: str, **fields: Any) -> None:
+        name = self._tool_names().get(tool_use_id)
+        if name is None:
+            raise ValueError(f"tool_use_id {tool_use_id!r} names no tool started in this turn")
+        metadata = agent_metadata.tool_metadata(status, tool_use_id, name, **fields)
+        self._sink.status(pb.TASK_STATE_WORKING, None, metadata)
+
+
+NAMESPACE = agent_metadata.NAMESPACE  # this service's key in message metadata
 CWD_KEY = "cwd"
 
 

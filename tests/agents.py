@@ -18,6 +18,8 @@ Commands (the first word of the message):
   meta             artifact listing the call metadata keys the agent sees
   file NAME TEXT   a stored file artifact named NAME holding TEXT (ctx.file_artifact)
   bytes N          a stored file artifact data.bin of N bytes (a repeating pattern)
+  tools            a tool call (started, input, finished) with secrets and paths in its input
+                   and result, a failed one, then token usage (the a2a_service extension)
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ from __future__ import annotations
 import asyncio
 
 from service.agent import TurnContext
+
+
+def tool_steps(use_id: str) -> list[tuple[str, str, str]]:
+    """(status, name, toolUseId) of each a2a_service.tool update of the `tools` command."""
+    return [
+        ("started", "read_file", use_id),
+        ("input_delta", "read_file", use_id),
+        ("input_complete", "read_file", use_id),
+        ("completed", "read_file", use_id),
+        ("started", "search", "call-2"),
+        ("failed", "search", "call-2"),
+    ]
 
 
 class ScriptedAgent:
@@ -82,6 +96,19 @@ class ScriptedAgent:
             pattern = bytes(range(256))
             data = pattern * (size // 256) + pattern[: size % 256]
             await ctx.file_artifact(data, filename="data.bin")
+        elif word == "tools":
+            use = await ctx.tool_started(
+                "read_file", input={"path": "/home/alice/notes.txt", "api_key": "sk-live-123"}
+            )
+            await ctx.tool_input_delta(use, '{"limit": 10}')
+            await ctx.tool_input_complete(use, input={"path": "/home/alice/notes.txt", "limit": 10})
+            await ctx.tool_finished(
+                use, result={"text": "read /home/alice/notes.txt", "token": "abc", "lines": 3}
+            )
+            failed = await ctx.tool_started("search", tool_use_id="call-2")
+            await ctx.tool_finished(failed, failed=True, result="Bearer abcdefghijklmnopqrst")
+            await ctx.usage(input_tokens=120, output_tokens=30)
+            await ctx.artifact("done", name="answer")
         elif word == "reject":
             await ctx.reject("no thanks")
         elif word == "burst":  # many chunks, yielding to the loop between them

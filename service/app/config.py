@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
+from gateway.unknown_fields import UnknownFieldSettings, validate_unknown_fields
 from service.auth import settings as security
 from service.auth.settings import SecuritySettings
 from service.cards import signing
@@ -33,7 +34,13 @@ class ConfigError(ValueError):
 
 @dataclass
 class Settings(
-    PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings, FileSettings
+    PushSettings,
+    SecuritySettings,
+    InputSettings,
+    SigningSettings,
+    NetSettings,
+    UnknownFieldSettings,
+    FileSettings,
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
@@ -204,6 +211,7 @@ def validate(s: Settings) -> None:
         security.validate_security,
         validate_netlimits,
         validate_files,
+        validate_unknown_fields,
     ):
         try:
             check(s)

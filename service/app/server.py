@@ -37,6 +37,7 @@ from gateway.app import build_app
 from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
+from gateway.unknown_fields import REJECT
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
 from service.api import A2AApi
@@ -203,6 +204,7 @@ class Service:
             auth=self.auth,
             forward_credentials=bool(s.upstream),
             files=self.api,  # None in proxy mode: the files live with the upstream
+            reject_unknown_fields=s.json_unknown_fields == REJECT,
         )
         if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
             app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response

@@ -10,9 +10,16 @@ from typing import Any, Protocol
 from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
+from service import agent_metadata
 from service.protocol.errors import ExtendedAgentCardNotConfiguredError, UnsupportedOperationError
 
 PROTOCOL_VERSION = "1.0"
+# Every card offers it: the a2a_service metadata its status updates may carry (optional).
+METADATA_EXTENSION = pb.AgentExtension(
+    uri=agent_metadata.EXTENSION_URI,
+    description=agent_metadata.EXTENSION_DESCRIPTION,
+    required=False,
+)
 
 
 def skill_from(value: Any) -> pb.AgentSkill:
@@ -69,6 +76,7 @@ class CardBuilder:
         card.capabilities.extended_agent_card = extended_card
         for ext in extensions or []:
             card.capabilities.extensions.append(json_format.ParseDict(ext, pb.AgentExtension()))
+        card.capabilities.extensions.append(METADATA_EXTENSION)
         card.default_input_modes.extend(
             input_modes or getattr(agent, "input_modes", None) or ["text/plain"]
         )

@@ -2,7 +2,10 @@
 
 The engine publishes each event after it is committed to the store, in
 sequence order. Each subscriber has its own queue, so a slow or departed
-subscriber never affects another. `InProcessBus` serves one process; the
+subscriber never affects another. A topic is one task (its key names the
+tenant, owner and task, never a run), so a subscription outlives the run
+that was live when it began: a paused task's subscriber hears the run that
+a follow-up starts later. `InProcessBus` serves one process; the
 composition root chooses the bus and hands it to the engine.
 """
 
@@ -31,8 +34,9 @@ class EventBus(Protocol):
     def publish(self, key: str, events: list[StoredEvent]) -> None:
         """Deliver committed events, in order, to every subscriber of `key`."""
 
-    def close_topic(self, key: str) -> None:
-        """The topic's task settled: its subscriptions end after what they hold."""
+    def close_topic(self, key: str, error: BaseException | None = None) -> None:
+        """The topic's task is over (terminal, or it could not be stored): its subscriptions
+        end after what they hold, raising `error` if one is given."""
 
     def end_all(self, error: BaseException) -> int:
         """End every subscription with `error` (shutdown); returns how many."""
@@ -86,9 +90,9 @@ class InProcessBus:
             for event in events:
                 sub.queue.put_nowait(event)
 
-    def close_topic(self, key: str) -> None:
+    def close_topic(self, key: str, error: BaseException | None = None) -> None:
         for sub in self._topics.pop(key, ()):
-            sub.queue.put_nowait(_CLOSED)
+            sub.queue.put_nowait(_CLOSED if error is None else _Ended(error))
 
     def end_all(self, error: BaseException) -> int:
         """End every subscription with `error` (after what it already holds); returns how many."""

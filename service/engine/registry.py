@@ -26,7 +26,7 @@ from service.protocol.errors import (
     invalid_field,
 )
 from service.protocol.ids import uuid7
-from service.protocol.states import INTERRUPTED, TERMINAL, is_settling, state_name
+from service.protocol.states import INTERRUPTED, SETTLED, TERMINAL, ends_stream, state_name
 from service.protocol.views import (  # noqa: F401 - encode_cursor: the token format, for tools
     check_page_size,
     decode_cursor,
@@ -277,59 +277,62 @@ class Engine:
     async def subscribe(
         self, scope: Scope, task_id: str, after_seq: int | None = None
     ) -> AsyncIterator[pb.StreamResponse]:
-        """SubscribeToTask. With `after_seq` (a resumed stream), replay stored events after
-        it instead of starting with the Task snapshot."""
+        """SubscribeToTask: the task's events until it is terminal, across pauses and the
+        turns follow-ups start. With `after_seq` (a resumed stream), replay stored events
+        after it instead of starting with the Task snapshot."""
         run = self._runs.get((scope, task_id))
-        if run is not None:
-            if run.ready is not None:
-                await asyncio.shield(run.ready)
-            if run.task is None:  # a direct-reply turn: there is no task
-                raise TaskNotFoundError(f"Task {task_id} not found.")
-            task = run.task
-        else:
-            found = await self.store.get(scope, task_id)
-            if found is None:
-                raise TaskNotFoundError(f"Task {task_id} not found.")
-            task = found
-        if task.status.state in TERMINAL and after_seq is None:
-            raise UnsupportedOperationError(
-                f"Task {task_id} is {state_name(task.status.state)}; there is nothing to subscribe to."
-            )
-        if after_seq is not None:
-            latest = run.seq if run is not None else await self.store.last_seq(scope, task_id)
-            if after_seq > latest:
-                raise invalid_field(
-                    "Last-Event-ID",
-                    f"is past the task's latest event ({latest}); resume from an id you received",
-                )
         if run is None:
-            return EventStream(self._stored_only(scope, task, after_seq))
-        return self.subscribe_run(run, after_seq)
+            # Nobody runs it here (e.g. paused between turns): load it, so the snapshot and
+            # the subscription are taken together; the subscription is to the task's topic,
+            # which the run a follow-up creates publishes to, so the run can go again.
+            run = await self._claim(scope, task_id)
+            try:
+                return self._subscribe_task(run, after_seq)
+            finally:
+                self._release(run)
+        if run.ready is not None:
+            await asyncio.shield(run.ready)
+        if run.task is None:  # a direct-reply turn: there is no task
+            raise TaskNotFoundError(f"Task {task_id} not found.")
+        return self._subscribe_task(run, after_seq)
 
-    async def _stored_only(
-        self, scope: Scope, task: pb.Task, after_seq: int | None
-    ) -> AsyncGenerator[StoredEvent, None]:
-        """A task nobody is running here: its snapshot (or missed events), then the end."""
-        if after_seq is None:
-            yield StoredEvent(
-                await self.store.last_seq(scope, task.id), pb.StreamResponse(task=task)
+    def _subscribe_task(
+        self, run: TaskRun, after_seq: int | None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """The protocol's checks for SubscribeToTask, then the live subscription."""
+        assert run.task is not None
+        state = run.task.status.state
+        if state in TERMINAL and after_seq is None:
+            raise UnsupportedOperationError(
+                f"Task {run.task_id} is {state_name(state)}; there is nothing to subscribe to."
             )
-            return
-        for stored in await self.store.events_after(scope, task.id, after_seq):
-            yield stored
+        if after_seq is not None and after_seq > run.seq:
+            raise invalid_field(
+                "Last-Event-ID",
+                f"is past the task's latest event ({run.seq}); resume from an id you received",
+            )
+        return self.subscribe_run(run, after_seq, until=TERMINAL)
 
     def subscribe_run(
-        self, run: TaskRun, after_seq: int | None = None
+        self,
+        run: TaskRun,
+        after_seq: int | None = None,
+        *,
+        until: frozenset[int] = SETTLED,
     ) -> AsyncIterator[pb.StreamResponse]:
-        """Live events of a run. Snapshot (or resume point) and subscription are taken
-        together, synchronously, so no event falls between them."""
+        """Live events of a task, ending after a state in `until`: SETTLED for one turn's
+        stream (SendStreamingMessage), TERMINAL for SubscribeToTask. Snapshot (or resume
+        point) and subscription are taken together, synchronously, so no event falls
+        between them."""
         assert run.task is not None
         sub = self.bus.subscribe(run.key)
+        # A terminal task whose last event the resume point already covers has nothing left.
+        over = run.seq if run.state in until else None
         if after_seq is not None:
-            return EventStream(self._follow(run, sub, None, after_seq, after_seq))
+            return EventStream(self._follow(run, sub, None, after_seq, after_seq, until, over))
         first = pb.StreamResponse()
         first.task.CopyFrom(run.task)
-        return EventStream(self._follow(run, sub, first, run.seq, None))
+        return EventStream(self._follow(run, sub, first, run.seq, None, until, over))
 
     async def _follow(
         self,
@@ -338,27 +341,32 @@ class Engine:
         first: pb.StreamResponse | None,
         seen: int,
         replay_after: int | None,
+        until: frozenset[int] = SETTLED,
+        over: int | None = None,
     ) -> AsyncGenerator[StoredEvent, None]:
         """Yield `first`, then stored events after `replay_after`, then live events after
-        `seen`, until the turn settles (the task reaches a terminal or interrupted state)."""
+        `seen`, until one puts the task in a state of `until` (or is a direct reply), or
+        `seen` reaches `over` (the seq at which the task was already in such a state)."""
         try:
             if first is not None:
                 yield StoredEvent(seen, first)
-                if is_settling(first):
+                if ends_stream(first, until):
                     return
             if replay_after is not None:
                 for stored in await self.store.events_after(run.scope, run.task_id, replay_after):
                     if stored.seq > seen:
                         seen = stored.seq
                         yield stored
-                        if is_settling(stored.event):
+                        if ends_stream(stored.event, until):
                             return
+            if over is not None and seen >= over:
+                return
             async for stored in sub.events():
                 if stored.seq and stored.seq <= seen:
                     continue  # already covered by the snapshot or the replay
                 seen = max(seen, stored.seq)
                 yield stored
-                if is_settling(stored.event):
+                if ends_stream(stored.event, until):
                     return
             turn = run.turn
             if turn is not None and turn.done() and not turn.cancelled():

@@ -4,7 +4,8 @@ Every change an agent (or the engine) makes becomes the next numbered event.
 Events are applied to the in-memory snapshot at once, then committed to the
 store in batches by one flusher, and only then published to subscribers, in
 sequence order. A turn "settles" when a committed event puts the task in a
-terminal or interrupted state (or the agent answered with a direct message).
+terminal or interrupted state (or the agent answered with a direct message);
+the task's bus topic closes only when the task is over (terminal).
 """
 
 from __future__ import annotations
@@ -314,6 +315,8 @@ class TaskRun:
                     self._pending = []
                     log.error("commit failed for task %s", self.task_id, exc_info=exc)
                     self._resolve_turn(None, error=InternalError("The task could not be stored."))
+                    # Its streams end now too, whether or not the agent is still running.
+                    self.bus.close_topic(self.key, InternalError("The task could not be stored."))
                     if self._commit_signal is not None and not self._commit_signal.done():
                         self._commit_signal.set_result(None)
                     return
@@ -401,6 +404,9 @@ class TaskRun:
         if self.turn is not turn or self.agent_alive:
             return  # a follow-up started a new turn meanwhile; it owns the run now
         self._resolve_turn(self.direct_reply)
-        self.bus.close_topic(self.key)
+        if self.direct_reply is not None or self.state in TERMINAL:
+            # The task is over: every stream of it ends. A paused task's topic stays open, so
+            # its subscribers hear the turn a follow-up starts (a new run, the same topic).
+            self.bus.close_topic(self.key)
         if self._on_idle is not None:
             self._on_idle(self)

@@ -13,13 +13,15 @@ def state_name(state: int) -> str:
     return pb.TaskState.Name(state) if state in pb.TaskState.values() else str(state)
 
 
-def is_settling(event: pb.StreamResponse) -> bool:
-    """Whether a stream ends after this event."""
+def ends_stream(event: pb.StreamResponse, until: frozenset[int] = SETTLED) -> bool:
+    """Whether a stream that lasts `until` one of these states ends after this event: SETTLED
+    for one turn's stream (SendStreamingMessage), TERMINAL for SubscribeToTask (it lives
+    through a pause). A direct Message reply ends any stream."""
     kind = event.WhichOneof("payload")
     if kind == "message":
         return True
     if kind == "status_update":
-        return event.status_update.status.state in SETTLED
+        return event.status_update.status.state in until
     if kind == "task":
-        return event.task.status.state in SETTLED
+        return event.task.status.state in until
     return False

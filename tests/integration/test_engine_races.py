@@ -50,6 +50,17 @@ def slow_saves(service: Service, delay: float) -> None:
     store.save = save
 
 
+def slow_loads(service: Service, delay: float) -> None:
+    store = service.engine.store
+    real = store.get
+
+    async def get(scope, task_id):
+        await asyncio.sleep(delay)
+        return await real(scope, task_id)
+
+    store.get = get
+
+
 def request(text: str, return_immediately: bool = False, **fields) -> pb.SendMessageRequest:
     req = pb.SendMessageRequest(message=user_message(text, **fields))
     req.configuration.return_immediately = return_immediately
@@ -104,14 +115,7 @@ async def test_follow_up_waits_for_a_lingering_agent(service):
 
 async def test_a_caller_leaving_during_a_load_does_not_fail_the_others(service):
     task = (await service.api.SendMessage(request("input x"), CALL)).task
-    store = service.engine.store
-    real_get = store.get
-
-    async def slow_get(scope, task_id):
-        await asyncio.sleep(0.3)
-        return await real_get(scope, task_id)
-
-    store.get = slow_get
+    slow_loads(service, 0.3)
     a = asyncio.create_task(service.api.CancelTask(pb.CancelTaskRequest(id=task.id), CALL))
     await asyncio.sleep(0.02)
     b = asyncio.create_task(service.api.CancelTask(pb.CancelTaskRequest(id=task.id), CALL))
@@ -198,3 +202,78 @@ async def test_a_running_agents_events_share_commits_and_its_end_commits_at_once
             assert len(saves) > 50, saves  # no pace: about one commit per loop iteration
     finally:
         await s.stop()
+
+
+# ----------------------------------------------------- SubscribeToTask across a pause, racing
+
+
+async def _names(stream) -> list[tuple[int | None, str]]:
+    out = []
+    async for event in stream:
+        kind = event.WhichOneof("payload")
+        name = (
+            pb.TaskState.Name(event.status_update.status.state) if kind == "status_update" else kind
+        )
+        out.append((stream.seq, name))
+    return out
+
+
+async def test_subscribing_while_the_pause_commits_then_a_new_run_answers(service):
+    slow_saves(service, 0.2)
+    first = asyncio.create_task(service.api.SendMessage(request("input x"), CALL))
+    await asyncio.sleep(0.05)
+    [run] = service.engine._runs.values()  # the pause is emitted, its commit in flight
+    stream = await service.api.SubscribeToTask(pb.SubscribeToTaskRequest(id=run.task_id), CALL)
+    heard = asyncio.create_task(_names(stream))
+    paused = await asyncio.wait_for(first, 5)
+    assert paused.task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+    for _ in range(100):  # the paused run is forgotten once committed: nobody runs the task
+        if not service.engine._runs:
+            break
+        await asyncio.sleep(0.02)
+    assert not service.engine._runs
+    done = await service.api.SendMessage(request("the answer", task_id=run.task_id), CALL)
+    assert done.task.status.state == pb.TASK_STATE_COMPLETED
+    events = await asyncio.wait_for(heard, 5)
+    seqs = [seq for seq, _ in events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # each once, in order
+    assert [name for _, name in events][-3:] == [
+        "TASK_STATE_WORKING",
+        "artifact_update",
+        "TASK_STATE_COMPLETED",
+    ]
+
+
+async def test_a_subscription_and_a_follow_up_loading_the_paused_task_together(service):
+    paused = await service.api.SendMessage(request("input x"), CALL)
+    task_id = paused.task.id
+    slow_loads(service, 0.1)
+    stream_call = asyncio.create_task(
+        service.api.SubscribeToTask(pb.SubscribeToTaskRequest(id=task_id), CALL)
+    )
+    follow = asyncio.create_task(
+        service.api.SendMessage(request("the answer", task_id=task_id), CALL)
+    )
+    stream = await asyncio.wait_for(stream_call, 5)
+    assert (await asyncio.wait_for(follow, 5)).task.status.state == pb.TASK_STATE_COMPLETED
+    events = await asyncio.wait_for(_names(stream), 5)
+    assert events[0][1] == "task" and events[-1][1] == "TASK_STATE_COMPLETED"
+    seqs = [seq for seq, _ in events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+
+async def test_a_failed_commit_of_a_later_turn_ends_the_subscription_with_the_error(service):
+    paused = await service.api.SendMessage(request("input x"), CALL)
+    stream = await service.api.SubscribeToTask(pb.SubscribeToTaskRequest(id=paused.task.id), CALL)
+    assert (await asyncio.wait_for(stream.__anext__(), 5)).HasField("task")
+
+    async def broken(scope, task, events):
+        raise OSError("disk full")
+
+    service.engine.store.save = broken
+    with pytest.raises(InternalError):
+        await asyncio.wait_for(
+            service.api.SendMessage(request("more", task_id=paused.task.id), CALL), 5
+        )
+    with pytest.raises(InternalError, match="could not be stored"):
+        await asyncio.wait_for(stream.__anext__(), 5)

@@ -36,9 +36,12 @@ async def _cancel(c, tenant, task_id):
 
 
 async def _subscribe(c, tenant, task_id):
-    return await _collect(
-        c.streaming.subscribe(sdk.SubscribeToTaskRequest(tenant=tenant, id=task_id))
-    )
+    """The first event only: a paused task's subscription stays open until the task ends."""
+    stream = c.streaming.subscribe(sdk.SubscribeToTaskRequest(tenant=tenant, id=task_id))
+    try:
+        return await stream.__anext__()
+    finally:
+        await stream.aclose()
 
 
 async def _send_to_task(c, tenant, task_id):

@@ -159,6 +159,23 @@ async def test_cancel_while_subscribed(a2a):
     assert rest[-1].status_update.status.state == sdk.TASK_STATE_CANCELED
 
 
+@pytest.mark.parametrize("text", ["input more", "ask what?"])  # turn ended / agent in ctx.ask()
+async def test_subscribe_while_paused_hears_the_resumption_until_the_end(a2a, text):
+    paused = (await send(a2a.unary, text)).task
+    assert paused.status.state == sdk.TASK_STATE_INPUT_REQUIRED
+    sub = a2a.streaming.subscribe(sdk.SubscribeToTaskRequest(id=paused.id))
+    snapshot = await sub.__anext__()
+    assert snapshot.task.status.state == sdk.TASK_STATE_INPUT_REQUIRED
+    follow = user_message("the answer", task_id=paused.id)
+    done = (await collect(a2a.unary.send_message(sdk.SendMessageRequest(message=follow))))[0].task
+    assert done.status.state == sdk.TASK_STATE_COMPLETED
+    rest = await collect(sub)  # the pause did not end it; the terminal state does
+    states = [e.status_update.status.state for e in rest if e.HasField("status_update")]
+    assert states == [sdk.TASK_STATE_WORKING, sdk.TASK_STATE_COMPLETED]
+    [artifact] = [e.artifact_update.artifact for e in rest if e.HasField("artifact_update")]
+    assert artifact.parts[0].text in ("follow-up: the answer", "you said: the answer")
+
+
 async def test_push_config_crud(a2a):
     task = (await send(a2a.unary, "echo x")).task
     created = await a2a.unary.create_task_push_notification_config(

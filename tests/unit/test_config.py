@@ -35,6 +35,10 @@ def test_precedence_file_env_flags(tmp_path):
         ({"A2A_AGENT": "command"}, "command: the command agent needs a program"),
         ({"A2A_LOG_LEVEL": "loud"}, "log_level"),
         (
+            {"A2A_JSON_UNKNOWN_FIELDS": "drop"},
+            'json_unknown_fields: expected "ignore" or "reject"',
+        ),
+        (
             {"A2A_STORE_COMMIT_INTERVAL_MS": "-1"},
             "store_commit_interval_ms: must be between 0 and 1000",
         ),

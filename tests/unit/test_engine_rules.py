@@ -456,6 +456,107 @@ async def test_resume_past_the_latest_event_is_invalid_params_on_last_event_id(e
     assert await read(await engine.subscribe(SCOPE, done.id, after_seq=done_latest)) == []
 
 
+# ------------------------------------------------------------- subscriptions through a pause
+
+
+@pytest.mark.parametrize(
+    ("text", "paused_state", "answer"),
+    [
+        ("input more please", pb.TASK_STATE_INPUT_REQUIRED, "follow-up: the answer"),  # turn ended
+        ("auth", pb.TASK_STATE_AUTH_REQUIRED, "follow-up: the answer"),  # turn ended
+        ("ask what?", pb.TASK_STATE_INPUT_REQUIRED, "you said: the answer"),  # agent in ctx.ask()
+    ],
+)
+async def test_a_subscription_opened_while_paused_lasts_until_the_task_is_terminal(
+    engine, text, paused_state, answer
+):
+    paused = await settle(engine, text)
+    assert paused.status.state == paused_state
+    latest = await engine.store.last_seq(SCOPE, paused.id)
+    subscribed = await engine.subscribe(SCOPE, paused.id)
+    resumed = await engine.subscribe(SCOPE, paused.id, after_seq=latest - 1)
+    assert await read(subscribed, 1) == [(latest, "task")]  # the paused task, still open
+    assert await read(resumed, 1) == [(latest, pb.TaskState.Name(paused_state))]
+    if text.startswith("ask"):
+        assert (SCOPE, paused.id) in engine._runs  # the agent waits in ctx.ask()
+    else:
+        assert (SCOPE, paused.id) not in engine._runs  # nobody runs it: the next turn is a new run
+    done = await settle(engine, "the answer", task_id=paused.id)
+    assert done.status.state == pb.TASK_STATE_COMPLETED
+    expected = [
+        (latest + 1, "TASK_STATE_WORKING"),
+        (latest + 2, "artifact"),
+        (latest + 3, "TASK_STATE_COMPLETED"),
+    ]
+    assert await read(subscribed) == expected  # ... and then the end
+    assert await read(resumed) == expected
+
+
+class Interview:
+    """Pauses twice: the first turn ends INPUT_REQUIRED; the follow-up turn asks once more
+    in ctx.ask(), then answers and completes."""
+
+    name = "interview"
+
+    async def run(self, ctx: TurnContext) -> None:
+        if ctx.task is None:
+            await ctx.require_input("first question")
+            return
+        first = ctx.text
+        second = await ctx.ask("second question")
+        await ctx.artifact(f"{first} / {second.parts[0].text}", name="answers")
+
+
+async def test_a_subscription_from_before_the_pause_hears_every_turn_once():
+    engine = Engine(MemoryTaskStore(), Interview(), InProcessBus())
+    try:
+        turn = await engine.send(SCOPE, user_message("hello"), CALLER, stream=True)
+        assert turn.events is not None
+        streamed = await read(turn.events)  # SendStreamingMessage ends at the pause
+        assert [name for _, name in streamed][-1] == "TASK_STATE_INPUT_REQUIRED"
+        task_id = turn.run.task_id
+        whole = await engine.subscribe(SCOPE, task_id, after_seq=0)
+        assert await read(whole, len(streamed)) == streamed  # replayed from the store
+        for answer in ("one", "two"):  # a new turn that pauses in ctx.ask(), then its answer
+            follow = await engine.send(
+                SCOPE, user_message(answer, task_id=task_id), CALLER, stream=True
+            )
+            assert follow.events is not None
+            await read(follow.events)
+        tail = await read(whole)
+        assert [seq for seq, _ in tail] == list(
+            range(len(streamed) + 1, len(streamed) + 1 + len(tail))
+        )  # no gap, no duplicate
+        assert [name for _, name in tail] == [
+            "TASK_STATE_WORKING",
+            "TASK_STATE_INPUT_REQUIRED",
+            "TASK_STATE_WORKING",
+            "artifact",
+            "TASK_STATE_COMPLETED",
+        ]
+        done = await engine.get(SCOPE, task_id)
+        assert [p.text for p in done.artifacts[0].parts] == ["one / two"]
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_paused_tasks_subscription_ends_with_the_error_at_drain(engine):
+    paused = await settle(engine, "input more please")
+    subscribed = await engine.subscribe(SCOPE, paused.id)
+    assert await read(subscribed, 1) == [(await engine.last_seq(SCOPE, paused.id), "task")]
+    assert engine.end_streams(RuntimeError("shutting down")) == 1
+    with pytest.raises(RuntimeError, match="shutting down"):
+        await asyncio.wait_for(subscribed.__anext__(), WAIT)
+
+
+async def test_a_canceled_paused_task_ends_its_subscription(engine):
+    paused = await settle(engine, "ask what?")
+    subscribed = await engine.subscribe(SCOPE, paused.id)
+    await read(subscribed, 1)
+    await engine.cancel(SCOPE, paused.id)
+    assert [name for _, name in await read(subscribed)] == ["TASK_STATE_CANCELED"]
+
+
 # ----------------------------------------------------------------------- restart recovery
 
 
