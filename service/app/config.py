@@ -21,6 +21,7 @@ from service.cards import signing
 from service.cards.signing import SigningSettings
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
+from service.permission.policy import PermissionSettings, validate_permissions
 from service.push.settings import PushSettings, validate_push
 
 ENV_PREFIX = "A2A_"
@@ -31,7 +32,9 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Settings(PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings):
+class Settings(
+    PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings, PermissionSettings
+):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
     host: str = "127.0.0.1"
@@ -45,6 +48,7 @@ class Settings(PushSettings, SecuritySettings, InputSettings, SigningSettings, N
     agent: str = "echo"
     command: str = ""  # argv for the `command` agent (shell-style quoting)
     command_grace_seconds: float = 5.0  # SIGTERM -> SIGKILL delay when a command turn is canceled
+    command_approval: bool = False  # the command agent asks permission before each run
     public_url: str = ""  # base URL clients use to reach the HTTP gateway (behind a proxy)
     grpc_public_address: str = ""  # host:port clients use for gRPC
     upstream: str = (
@@ -200,6 +204,7 @@ def validate(s: Settings) -> None:
         signing.validate_signing,
         security.validate_security,
         validate_netlimits,
+        validate_permissions,
     ):
         try:
             check(s)

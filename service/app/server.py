@@ -51,6 +51,7 @@ from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net.limits import grpc_server_options, raise_nofile_limit
+from service.permission.policy import policy_from_settings as permission_policy
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
@@ -113,6 +114,7 @@ def build_agent(settings: Settings) -> Agent:
             argv=settings.command,
             workspace_root=workspaces,
             kill_grace_seconds=settings.command_grace_seconds,
+            approval=settings.command_approval,
         )
     return load_agent(settings.agent)
 
@@ -270,6 +272,7 @@ class Service:
             bus=InProcessBus(),  # one process: events fan out in memory
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,
+            permissions=permission_policy(s),
         )
         lost = await self.engine.recover()
         if lost:
