@@ -51,6 +51,8 @@ class PermissionAgent:
                 await ctx.reject(f"denied {name}")
                 return
             notes = "".join(
-                f" ({note})" for note, on in (("resumed", decision.resumed), ("auto", decision.auto)) if on
+                f" ({note})"
+                for note, on in (("resumed", decision.resumed), ("auto", decision.auto))
+                if on
             )
             await ctx.artifact(f"ran {name} on {where}{notes}", name="result")
