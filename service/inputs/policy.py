@@ -44,7 +44,7 @@ from service.inputs.workspace import (
     refusal,
     set_message_cwd,
 )
-from service.permission.envelope import is_answer
+from service.permission.envelope import is_answer_part
 from service.protocol.errors import ContentTypeNotSupportedError, invalid_field
 from service.store import Scope
 
@@ -182,7 +182,7 @@ class InputPolicy:
         ] = []  # (index, path, media type) checked after the workspace
         # A permission answer is for the service's side-band (the engine checks it), not
         # content for the agent: its JSON part needs no input mode of the agent's.
-        side_band = bool(message.task_id) and is_answer(message)
+        follow_up = bool(message.task_id)
         for i, part in enumerate(message.parts):
             kind = part.WhichOneof("content")
             if kind == "text" and not part.media_type and self.plain_text_accepted:
@@ -196,7 +196,7 @@ class InputPolicy:
                 media = self._guess(part)
             else:
                 media = IMPLIED.get(kind or "", "application/octet-stream")
-            if not self.modes.accepts(media) and not side_band:
+            if not self.modes.accepts(media) and not (follow_up and is_answer_part(part)):
                 raise self._not_accepted(where, media)
             if kind == "text":
                 self._check_text(part.text, f"{where}.text")

@@ -224,14 +224,17 @@ def namespace_of(task: pb.Task | None, namespace: str) -> dict[str, Any]:
 def _answer_struct(message: pb.Message) -> struct_pb2.Struct | None:
     """The data object of a message shaped like a permission answer (one data part whose
     object says kind "permission"), else None."""
-    if len(message.parts) != 1:
+    if len(message.parts) != 1 or not is_answer_part(message.parts[0]):
         return None
-    part = message.parts[0]
+    return message.parts[0].data.struct_value
+
+
+def is_answer_part(part: pb.Part) -> bool:
+    """Whether a part is a data object that says kind "permission"."""
     if part.WhichOneof("content") != "data" or part.data.WhichOneof("kind") != "struct_value":
-        return None
-    data = part.data.struct_value
-    kind = data.fields.get("kind")
-    return data if kind is not None and kind.string_value == KIND else None
+        return False
+    kind = part.data.struct_value.fields.get("kind")
+    return kind is not None and kind.string_value == KIND
 
 
 def is_answer(message: pb.Message) -> bool:
