@@ -28,17 +28,22 @@ def answer_for(run: TaskRun, message: pb.Message) -> Answer | None:
     return check_answer(run.task, run.service_metadata(), message)
 
 
-def acknowledge(run: TaskRun, answer: Answer, caller: Caller) -> int:
-    """Record the decision (audit record, nothing pending) and acknowledge it with a WORKING
-    update carrying a permission_ack part; returns the sequence number to wait for."""
-    record = audit_record(
+def record(run: TaskRun, answer: Answer, caller: Caller) -> None:
+    """The decision in the task's snapshot: one more audit record, nothing pending (stored
+    with the acknowledgement's commit)."""
+    entry = audit_record(
         answer.envelope,
         answer.decision,
         caller=caller.principal,
         tenant=caller.tenant,
         policy="ask",
     )
-    run.set_service_metadata(with_decision(run.service_metadata(), answer.envelope, record))
+    run.set_service_metadata(with_decision(run.service_metadata(), answer.envelope, entry))
+
+
+def acknowledge(run: TaskRun, answer: Answer) -> int:
+    """A WORKING update carrying a permission_ack part and `a2a_service.inputReceived`;
+    returns its sequence number, the commit to wait for before acting."""
     ack = agent_message([ack_part(answer)], run.task_id, run.context_id)
     run.status(pb.TASK_STATE_WORKING, ack, {NAMESPACE: received(answer)})
     return run.seq

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
 from service.engine.bus import EventBus, Subscription
-from service.engine.permission import acknowledge, answer_for, not_recorded
+from service.engine.permission import acknowledge, answer_for, not_recorded, record
 from service.engine.run import TaskRun
 from service.engine.stream import EventStream
 from service.permission.policy import ASK, PermissionPolicy
@@ -229,12 +229,14 @@ class Engine:
         turn = Turn(run, run.start_turn())
         previous = pb.Task()
         previous.CopyFrom(run.task)
+        if answer is not None:
+            record(run, answer, caller)
         run.accept_follow_up(message)
         if stream:
             turn.events = self.subscribe_run(run)
         if answer is not None:
             try:  # the decision is acted on only once its audit record is durable
-                await run.committed(acknowledge(run, answer, caller))
+                await run.committed(acknowledge(run, answer))
             except InternalError:
                 turn.outcome = await not_recorded(run, answer, previous, message)
                 return turn
