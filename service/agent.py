@@ -35,7 +35,7 @@ from service.permission.envelope import (
     decision_of,
     default_prompt,
     new_envelope,
-    state,
+    permission_state,
     with_decision,
     with_request,
 )
@@ -264,7 +264,7 @@ class TurnContext:
         auto = self.permissions.decide(tool_name)
         if auto is None:
             self._sink.set_service_metadata(with_request(ours, envelope))
-            pending = state(envelope, pending=True, auto=False)
+            pending = permission_state(envelope, pending=True, auto=False)
             # The engine matches, records and commits the answer before this resumes.
             answer = await self.ask(
                 envelope["prompt"],
@@ -280,7 +280,7 @@ class TurnContext:
             rule=auto.rule,
         )
         self._sink.set_service_metadata(with_decision(ours, envelope, record))
-        decided = state(envelope, pending=False, auto=True, decision=auto.decision)
+        decided = permission_state(envelope, pending=False, auto=True, decision=auto.decision)
         self._sink.status(pb.TASK_STATE_WORKING, None, {NAMESPACE: {PERMISSION_KEY: decided}})
         try:
             await self._sink.flushed()  # fail closed: acted on only once the audit is durable

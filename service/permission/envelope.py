@@ -94,15 +94,6 @@ def new_envelope(
     summary: str,
     prompt: str,
 ) -> dict[str, Any]:
-    display = {
-        key: capped(value, DISPLAY_LIMITS[key])
-        for key, value in (
-            ("title", title),
-            ("purpose", purpose),
-            ("effect", effect),
-            ("target", target),
-        )
-    }
     return {
         "schemaVersion": SCHEMA_VERSION,
         "kind": KIND,
@@ -111,7 +102,10 @@ def new_envelope(
         "inputId": input_id,
         "toolUseId": tool_use_id,
         "toolName": tool_name,
-        **display,
+        "title": capped(title, DISPLAY_LIMITS["title"]),
+        "purpose": capped(purpose, DISPLAY_LIMITS["purpose"]),
+        "effect": capped(effect, DISPLAY_LIMITS["effect"]),
+        "target": capped(target, DISPLAY_LIMITS["target"]),
         "readOnly": read_only,
         "summary": capped(summary, DISPLAY_LIMITS["summary"]),
         "prompt": capped(prompt, DISPLAY_LIMITS["summary"]),
@@ -128,7 +122,9 @@ def default_prompt(tool_name: str, title: str, target: str) -> str:
     )
 
 
-def state(envelope: dict[str, Any], *, pending: bool, auto: bool, decision: str = "") -> dict:
+def permission_state(
+    envelope: dict[str, Any], *, pending: bool, auto: bool, decision: str = ""
+) -> dict:
     """The `a2a_service.permission` value."""
     out: dict[str, Any] = {
         "autoApproved": auto and decision == ALLOW_ONCE,
@@ -172,7 +168,11 @@ def audit_record(
 
 def with_request(ours: dict[str, Any], envelope: dict[str, Any]) -> dict[str, Any]:
     """The task's namespace while `envelope` waits for the caller."""
-    return {**ours, INPUT_KEY: envelope, PERMISSION_KEY: state(envelope, pending=True, auto=False)}
+    return {
+        **ours,
+        INPUT_KEY: envelope,
+        PERMISSION_KEY: permission_state(envelope, pending=True, auto=False),
+    }
 
 
 def with_decision(
@@ -181,7 +181,7 @@ def with_decision(
     """The task's namespace once `record` decided `envelope`: nothing pending, one more
     audit record."""
     out = {k: v for k, v in ours.items() if k != INPUT_KEY}
-    out[PERMISSION_KEY] = state(
+    out[PERMISSION_KEY] = permission_state(
         envelope, pending=False, auto=record["auto"], decision=record["decision"]
     )
     out[AUDIT_KEY] = [*audit_of(ours), record]
@@ -191,7 +191,7 @@ def with_decision(
 def without_request(ours: dict[str, Any], envelope: dict[str, Any]) -> dict[str, Any]:
     """The task's namespace when a pending request ends undecided (not recorded)."""
     out = {k: v for k, v in ours.items() if k != INPUT_KEY}
-    out[PERMISSION_KEY] = state(envelope, pending=False, auto=False)
+    out[PERMISSION_KEY] = permission_state(envelope, pending=False, auto=False)
     return out
 
 
@@ -375,7 +375,9 @@ def received(answer: Answer) -> dict[str, Any]:
             "decision": answer.decision,
             "receivedAt": now_rfc3339(),
         },
-        PERMISSION_KEY: state(answer.envelope, pending=False, auto=False, decision=answer.decision),
+        PERMISSION_KEY: permission_state(
+            answer.envelope, pending=False, auto=False, decision=answer.decision
+        ),
     }
 
 
