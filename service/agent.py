@@ -24,6 +24,24 @@ from google.protobuf import json_format, struct_pb2
 
 from gen import a2a_pb2 as pb
 from service import agent_metadata
+from service.permission.envelope import (
+    AUDIT_MAX,
+    DISPLAY_LIMITS,
+    INPUT_KEY,
+    NAME_LIMIT,
+    PERMISSION_KEY,
+    PermissionDecision,
+    audit_of,
+    audit_record,
+    capped,
+    decision_of,
+    default_prompt,
+    new_envelope,
+    permission_state,
+    with_decision,
+    with_request,
+)
+from service.permission.policy import ASK, PermissionPolicy
 from service.protocol.ids import uuid7
 from service.store.blobs import BlobSource
 
@@ -56,6 +74,11 @@ class TurnSink(Protocol):
     async def store_file(
         self, source: FileSource, filename: str, media_type: str | None
     ) -> pb.Part: ...
+    def service_metadata(self) -> dict[str, Any]:
+        """This service's namespace (`a2a_service`) of the task's own metadata ({} if none)."""
+
+    def set_service_metadata(self, values: dict[str, Any]) -> None:
+        """Replace that namespace; it is stored with the task's next event."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,8 @@ class TurnContext:
         context_id: str,
         task: pb.Task | None,
         caller: Caller,
+        permissions: PermissionPolicy = ASK,
+        resumed_decision: PermissionDecision | None = None,
     ) -> None:
         self._sink = sink
         self.message = message
@@ -118,6 +143,11 @@ class TurnContext:
         self.context_id = context_id
         self.task = task  # snapshot before this turn (None for a new task)
         self.caller = caller
+        self.permissions = permissions  # who decides request_permission (permission_mode)
+        # Set when this turn was started by the caller's answer to a permission request of an
+        # earlier turn whose coroutine is gone (the server restarted while the task waited).
+        self.resumed_decision = resumed_decision
+        self._resumed_taken = False
 
     @property
     def text(self) -> str:
@@ -226,10 +256,111 @@ class TurnContext:
         """Wait until everything emitted so far is committed (rarely needed)."""
         await self._sink.flushed()
 
+    async def request_permission(
+        self,
+        *,
+        tool_name: str,
+        title: str,
+        purpose: str = "",
+        effect: str = "",
+        target: str = "",
+        read_only: bool = False,
+        summary: str = "",
+        tool_use_id: str | None = None,
+        prompt: str | None = None,
+    ) -> PermissionDecision:
+        """Ask whether the agent may use a tool, and return the decision (`.allowed`).
+
+        With `permission_mode = "ask"` (and for tools the rules leave to the caller) the task
+        goes INPUT_REQUIRED with the request envelope, and this returns once the caller's
+        answer was matched, recorded in the task's audit and committed. Otherwise the policy
+        decides at once (recorded and committed the same way). Display texts are capped; they
+        must not contain secrets. On a turn resumed by the answer to an earlier turn's request
+        (`resumed_decision`), the first request for the same tool and target returns that
+        decision without asking again. Raises PermissionNotRecordedError (the task has
+        failed) when the decision could not be recorded: it must not be acted on."""
+        resumed = self._take_resumed(tool_name, target, tool_use_id)
+        if resumed is not None:
+            return resumed
+        if not 0 < len(tool_name) <= NAME_LIMIT:
+            raise ValueError(f"tool_name must be 1 to {NAME_LIMIT} characters")
+        ours = self._sink.service_metadata()
+        if len(audit_of(ours)) >= AUDIT_MAX:
+            await self.fail(AUDIT_FULL_MESSAGE)
+            raise PermissionNotRecordedError(AUDIT_FULL_MESSAGE)
+        envelope = new_envelope(
+            task_id=self.task_id,
+            context_id=self.context_id,
+            input_id=uuid7(),
+            tool_use_id=tool_use_id or uuid7(),
+            tool_name=tool_name,
+            title=title,
+            purpose=purpose,
+            effect=effect,
+            target=target,
+            read_only=read_only,
+            summary=summary,
+            prompt=prompt or default_prompt(tool_name, title, target),
+        )
+        auto = self.permissions.decide(tool_name)
+        if auto is None:
+            self._sink.set_service_metadata(with_request(ours, envelope))
+            pending = permission_state(envelope, pending=True, auto=False)
+            # The engine matches, records and commits the answer before this resumes.
+            answer = await self.ask(
+                envelope["prompt"],
+                metadata={NAMESPACE: {INPUT_KEY: envelope, PERMISSION_KEY: pending}},
+            )
+            return self._decision(envelope, decision_of(answer), auto=False)
+        record = audit_record(
+            envelope,
+            auto.decision,
+            caller=self.caller.principal,
+            tenant=self.caller.tenant,
+            policy=auto.policy,
+            rule=auto.rule,
+        )
+        self._sink.set_service_metadata(with_decision(ours, envelope, record))
+        decided = permission_state(envelope, pending=False, auto=True, decision=auto.decision)
+        self._sink.status(pb.TASK_STATE_WORKING, None, {NAMESPACE: {PERMISSION_KEY: decided}})
+        try:
+            await self._sink.flushed()  # fail closed: acted on only once the audit is durable
+        except Exception:
+            self._sink.set_service_metadata(ours)
+            await self.fail(NOT_RECORDED_MESSAGE)
+            raise PermissionNotRecordedError(NOT_RECORDED_MESSAGE) from None
+        return self._decision(envelope, auto.decision, auto=True)
+
+    @staticmethod
+    def _decision(envelope: dict[str, Any], decision: str, *, auto: bool) -> PermissionDecision:
+        return PermissionDecision(
+            decision=decision,
+            tool_name=envelope["toolName"],
+            tool_use_id=envelope["toolUseId"],
+            input_id=envelope["inputId"],
+            target=envelope["target"],
+            auto=auto,
+        )
+
+    def _take_resumed(
+        self, tool_name: str, target: str, tool_use_id: str | None
+    ) -> PermissionDecision | None:
+        """The resumed decision, once, for the request it decided."""
+        decided = self.resumed_decision
+        if decided is None or self._resumed_taken:
+            return None
+        if decided.tool_name != tool_name or decided.target != capped(
+            target, DISPLAY_LIMITS["target"]
+        ):
+            return None
+        if tool_use_id and tool_use_id != decided.tool_use_id:
+            return None
+        self._resumed_taken = True
+        return decided
+
     # ---- the a2a_service metadata extension: tool progress and token usage ----------
     # Each call is a WORKING status update whose metadata is `a2a_service.tool` or
     # `a2a_service.usage` (service/agent_metadata.py caps and sanitises every value).
-
     async def tool_started(
         self, name: str, *, tool_use_id: str | None = None, input: Any = None
     ) -> str:
@@ -275,6 +406,20 @@ class TurnContext:
             raise ValueError(f"tool_use_id {tool_use_id!r} names no tool started in this turn")
         metadata = agent_metadata.tool_metadata(status, tool_use_id, name, **fields)
         self._sink.status(pb.TASK_STATE_WORKING, None, metadata)
+
+
+class PermissionNotRecordedError(Exception):
+    """A permission decision could not be recorded (or the task's audit is full): the
+    agent must not act on it. The task has been failed with a message saying so."""
+
+
+NOT_RECORDED_MESSAGE = (
+    "The permission decision could not be recorded, so it was not acted on; the turn was stopped."
+)
+AUDIT_FULL_MESSAGE = (
+    f"This task has recorded {AUDIT_MAX} permission decisions, the most one task keeps; "
+    "start a new task."
+)
 
 
 NAMESPACE = agent_metadata.NAMESPACE  # this service's key in message metadata

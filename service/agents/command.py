@@ -15,6 +15,11 @@ from the name, artifact name = the path inside the directory), after the program
 exited, whatever its status. Symbolic links and special files are ignored. A file
 over the size limits fails the turn, saying which and why. The directory is removed
 after the turn.
+
+With `approval` (`command_approval = true`) each turn first asks permission
+(`ctx.request_permission`, tool name `command`, target = the command line, summary = the
+message text summarised, secrets masked in both): `allow_once` runs the program, `deny`
+rejects the task without running it.
 """
 
 from __future__ import annotations
@@ -24,19 +29,34 @@ import codecs
 import contextlib
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import signal
 import stat
 from collections.abc import Sequence
 
-from service.agent import FileArtifactLimitError, TurnContext, cwd_of
+from google.protobuf import json_format
+
+from gen import a2a_pb2 as pb
+from service.agent import FileArtifactLimitError, TurnContext, cwd_of, text_of
+from service.permission.envelope import is_answer
 from service.protocol.ids import uuid7
 
 CHUNK_BYTES = 64 * 1024
 FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence
 STDERR_TAIL = 2000
 OUTPUT_DIR_ENV = "A2A_OUTPUT_DIR"
+DENIED_MESSAGE = "The caller denied permission to run the command; it was not run."
+_SECRET_NAME = (
+    r"[A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|key|auth|credential|private)[A-Za-z0-9_.-]*"
+)
+_SECRET_FLAG = re.compile(rf"-{{1,2}}{_SECRET_NAME}", re.IGNORECASE)
+_SECRETS = [
+    (re.compile(rf"\b({_SECRET_NAME})([=:])\S+", re.IGNORECASE), r"\1\2***"),  # NAME=value
+    (re.compile(r"(\w+://)[^/@\s]+@"), r"\1***@"),  # URL credentials
+    (re.compile(r"\b(bearer|basic)\s+\S+", re.IGNORECASE), r"\1 ***"),  # auth header values
+]
 
 
 class CommandAgent:
@@ -57,6 +77,7 @@ class CommandAgent:
         workspace_root: str | pathlib.Path = "data/workspaces",
         kill_grace_seconds: float = 5.0,
         output_root: str | pathlib.Path | None = None,
+        approval: bool = False,
     ) -> None:
         self.argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
         if not self.argv:
@@ -68,6 +89,7 @@ class CommandAgent:
             else self.workspace_root.parent / "outputs"
         )
         self.kill_grace_seconds = kill_grace_seconds
+        self.approval = approval
 
     def workdir(self, context_id: str) -> pathlib.Path:
         # Prefixed so that ids such as '..' can never name a directory outside the root.
@@ -85,9 +107,25 @@ class CommandAgent:
             await asyncio.to_thread(shutil.rmtree, outputs, True)
 
     async def _run(self, ctx: TurnContext, outputs: pathlib.Path) -> None:
+        request = _turn_message(ctx)
+        text = text_of(request)
+        cwd = cwd_of(_metadata(request)) or self.workdir(ctx.context_id)
+        if self.approval:
+            decision = await ctx.request_permission(
+                tool_name="command",
+                title="Run a command",
+                purpose="The command agent runs its configured program for each message.",
+                effect="Runs the program with the message text on its standard input.",
+                target=masked(shlex.join(self.argv)),
+                read_only=False,
+                summary=summarise(text),
+            )
+            if not decision.allowed:
+                await ctx.reject(DENIED_MESSAGE)
+                return
         proc = await asyncio.create_subprocess_exec(
             *self.argv,
-            cwd=cwd_of(ctx.metadata) or self.workdir(ctx.context_id),
+            cwd=cwd,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -96,7 +134,7 @@ class CommandAgent:
         )
         try:
             await ctx.working()
-            feed = asyncio.ensure_future(self._feed(proc, ctx.text.encode()))
+            feed = asyncio.ensure_future(self._feed(proc, text.encode()))
             tail = asyncio.ensure_future(self._stderr_tail(proc))
             await self._stream_stdout(proc, ctx)
             code = await proc.wait()
@@ -213,3 +251,43 @@ def _regular_files(root: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
             except OSError:
                 continue
     return sorted(found)
+
+
+def _turn_message(ctx: TurnContext) -> pb.Message:
+    """The message this turn runs the program for: the turn's own, or, when the turn was
+    started by the answer to a permission request of a lost turn, the caller's last message
+    before it."""
+    if ctx.resumed_decision is not None and ctx.task is not None:
+        for message in reversed(ctx.task.history):
+            if message.role == pb.ROLE_USER and not is_answer(message):
+                return message
+    return ctx.message
+
+
+def _metadata(message: pb.Message) -> dict:
+    return json_format.MessageToDict(message.metadata) if message.HasField("metadata") else {}
+
+
+def masked(text: str) -> str:
+    """Text for a permission prompt with secret-looking values replaced by ***: values of
+    flags and NAME=value pairs whose name says password, token, key…, URL credentials, and
+    Authorization values."""
+    words = text.split(" ")
+    for i, word in enumerate(words[:-1]):
+        if _SECRET_FLAG.fullmatch(word):
+            words[i + 1] = "***"
+    out = " ".join(words)
+    for pattern, replacement in _SECRETS:
+        out = pattern.sub(replacement, out)
+    return out
+
+
+def summarise(text: str) -> str:
+    """The message text in one short line, secrets masked, with its size."""
+    lines = text.splitlines() or [""]
+    first = masked(lines[0].strip())
+    if len(first) > 80:
+        first = first[:79] + "…"
+    size = len(text.encode())
+    more = f", {len(lines)} lines" if len(lines) > 1 else ""
+    return f"stdin: {first!r} ({size} bytes{more})"

@@ -23,6 +23,7 @@ from service.cards.signing import SigningSettings
 from service.engine.files import FileSettings, validate_files
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
+from service.permission.policy import PermissionSettings, validate_permissions
 from service.push.settings import PushSettings, validate_push
 
 ENV_PREFIX = "A2A_"
@@ -41,6 +42,7 @@ class Settings(
     NetSettings,
     UnknownFieldSettings,
     FileSettings,
+    PermissionSettings,
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
@@ -55,6 +57,7 @@ class Settings(
     agent: str = "echo"
     command: str = ""  # argv for the `command` agent (shell-style quoting)
     command_grace_seconds: float = 5.0  # SIGTERM -> SIGKILL delay when a command turn is canceled
+    command_approval: bool = False  # the command agent asks permission before each run
     public_url: str = ""  # base URL clients use to reach the HTTP gateway (behind a proxy)
     grpc_public_address: str = ""  # host:port clients use for gRPC
     upstream: str = (
@@ -212,6 +215,7 @@ def validate(s: Settings) -> None:
         validate_netlimits,
         validate_files,
         validate_unknown_fields,
+        validate_permissions,
     ):
         try:
             check(s)

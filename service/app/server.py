@@ -54,6 +54,7 @@ from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net.limits import grpc_server_options, raise_nofile_limit
+from service.permission.policy import policy_from_settings as permission_policy
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
@@ -118,6 +119,7 @@ def build_agent(settings: Settings) -> Agent:
             workspace_root=workspaces,
             output_root=f"{settings.data_dir}/outputs",
             kill_grace_seconds=settings.command_grace_seconds,
+            approval=settings.command_approval,
         )
     return load_agent(settings.agent)
 
@@ -281,6 +283,7 @@ class Service:
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,
             files=self.files,
+            permissions=permission_policy(s),
         )
         lost = await self.engine.recover()
         if lost:

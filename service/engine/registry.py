@@ -15,8 +15,10 @@ from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
 from service.engine.bus import EventBus, Subscription
 from service.engine.files import FileArtifacts, StoredFile
+from service.engine.permission import acknowledge, answer_for, not_recorded, record
 from service.engine.run import TaskRun
 from service.engine.stream import EventStream
+from service.permission.policy import ASK, PermissionPolicy
 from service.protocol.errors import (
     InternalError,
     TaskNotCancelableError,
@@ -63,6 +65,7 @@ class Engine:
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
         event_pace: float = 0.0,
         files: FileArtifacts | None = None,
+        permissions: PermissionPolicy = ASK,
     ) -> None:
         self.store = store
         self.files = files  # stored file artifacts (None: ctx.file_artifact is refused)
@@ -70,6 +73,7 @@ class Engine:
         self.bus = bus  # chosen by the composition root (in-process for one replica)
         self.on_commit = on_commit  # called synchronously after each committed batch of events
         self.event_pace = event_pace  # see TaskRun: seconds of a running agent's events per commit
+        self.permissions = permissions  # who decides ctx.request_permission (permission_mode)
         self._runs: dict[tuple[Scope, str], TaskRun] = {}
 
     # ---- startup -----------------------------------------------------------
@@ -177,7 +181,13 @@ class Engine:
         if return_immediately:
             run.materialize()
         ctx = TurnContext(
-            run, message=message, task_id=task_id, context_id=context_id, task=None, caller=caller
+            run,
+            message=message,
+            task_id=task_id,
+            context_id=context_id,
+            task=None,
+            caller=caller,
+            permissions=self.permissions,
         )
         self._start_agent(run, ctx)
         return turn
@@ -214,13 +224,28 @@ class Engine:
                 await run.flushed()  # the interrupted state is committed before the next turn
                 continue
             break
+        try:  # an answer to a pending permission request must match it (nothing changes if not)
+            answer = answer_for(run, message)
+        except BaseException:
+            self._release(run)
+            raise
         message.context_id = run.context_id
         turn = Turn(run, run.start_turn())
         previous = pb.Task()
         previous.CopyFrom(run.task)
+        if answer is not None:
+            record(run, answer, caller)
         run.accept_follow_up(message)
         if stream:
             turn.events = self.subscribe_run(run)
+        if answer is not None:
+            try:  # the decision is acted on only once its audit record is durable
+                await run.committed(acknowledge(run, answer))
+            except InternalError:
+                turn.outcome = await not_recorded(run, answer, previous, message)
+                return turn
+            if run.state in TERMINAL:  # canceled while the record was being committed
+                return turn
         if paused:
             run.resume(message)  # the paused agent coroutine continues
         else:
@@ -231,6 +256,8 @@ class Engine:
                 context_id=run.context_id,
                 task=previous,
                 caller=caller,
+                permissions=self.permissions,
+                resumed_decision=answer.decided(resumed=True) if answer is not None else None,
             )
             self._start_agent(run, ctx)
         return turn

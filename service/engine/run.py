@@ -16,9 +16,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gen import a2a_pb2 as pb
-from service.agent import FileSource, metadata_struct
+from service.agent import NAMESPACE, FileSource, metadata_struct
 from service.engine.bus import EventBus
 from service.engine.files import FileArtifacts
+from service.permission.envelope import namespace_of
 from service.protocol.errors import InternalError, InvalidAgentResponseError
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
@@ -240,6 +241,20 @@ class TaskRun:
         msg.task_id, msg.context_id = self.task_id, self.context_id
         msg.parts.add(text=text)
         self._set_status(state, msg, None)
+
+    def service_metadata(self) -> dict[str, Any]:
+        """This service's namespace of the task's own metadata, as plain data."""
+        return namespace_of(self.task, NAMESPACE)
+
+    def set_service_metadata(self, values: dict[str, Any]) -> None:
+        """Replace that namespace in the snapshot; the next commit stores it."""
+        self._check_open()
+        self.materialize()
+        assert self.task is not None
+        if values:
+            self.task.metadata[NAMESPACE] = values
+        elif NAMESPACE in self.task.metadata.fields:
+            del self.task.metadata.fields[NAMESPACE]
 
     def _check_open(self) -> None:
         if self.direct_reply is not None:

@@ -43,6 +43,7 @@ from service.inputs.workspace import (
     refusal,
     set_message_cwd,
 )
+from service.permission.envelope import is_answer_part
 from service.protocol.errors import ContentTypeNotSupportedError, invalid_field
 from service.protocol.media import essence
 from service.store import Scope
@@ -177,6 +178,9 @@ class InputPolicy:
         files: list[
             tuple[int, str, str]
         ] = []  # (index, path, media type) checked after the workspace
+        # A permission answer is for the service's side-band (the engine checks it), not
+        # content for the agent: its JSON part needs no input mode of the agent's.
+        follow_up = bool(message.task_id)
         for i, part in enumerate(message.parts):
             kind = part.WhichOneof("content")
             if kind == "text" and not part.media_type and self.plain_text_accepted:
@@ -190,7 +194,7 @@ class InputPolicy:
                 media = self._guess(part)
             else:
                 media = IMPLIED.get(kind or "", "application/octet-stream")
-            if not self.modes.accepts(media):
+            if not self.modes.accepts(media) and not (follow_up and is_answer_part(part)):
                 raise self._not_accepted(where, media)
             if kind == "text":
                 self._check_text(part.text, f"{where}.text")

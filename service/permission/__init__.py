@@ -1,0 +1,1 @@
+"""The permission side-band: an agent asks the caller for a structured allow/deny decision."""
