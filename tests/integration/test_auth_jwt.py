@@ -179,11 +179,14 @@ async def test_algorithm_allowlist(start_service, keys):
 
 
 async def test_keys_are_cached_and_an_unknown_kid_refetches_once(start_service, jwks, keys):
+    # Long enough that five requests on a busy machine stay inside one cache period (the
+    # cache period is also the least time between refetches for unknown kids).
+    CACHE = 2.0
     service = await start_service(
         http_port=0,
         store="memory:",
         agent=WHOAMI,
-        **jwt_settings(jwks, auth_jwt_jwks_cache_seconds=0.5),
+        **jwt_settings(jwks, auth_jwt_jwks_cache_seconds=CACHE),
     )
     assert jwks.fetches == 1  # primed at startup
     for _ in range(5):
@@ -191,7 +194,7 @@ async def test_keys_are_cached_and_an_unknown_kid_refetches_once(start_service, 
     assert jwks.fetches == 1
     # The provider rotates in a new key: a token with its kid triggers one refetch.
     jwks.keys.append(keys["k2"])
-    await asyncio.sleep(0.6)  # past the minimum interval between refetches
+    await asyncio.sleep(CACHE + 0.1)  # past the minimum interval between refetches
     assert (await whoami(service, keys["k2"].token(sub="rotated")))[1] == f"jwt:{ISSUER}|rotated"
     fetched = jwks.fetches
     # A burst of made-up kids does not turn into a burst of fetches.
@@ -202,7 +205,7 @@ async def test_keys_are_cached_and_an_unknown_kid_refetches_once(start_service, 
     assert jwks.fetches <= fetched + 1
     # The provider goes away: the cached keys keep working.
     jwks.close()
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(CACHE + 0.1)
     assert (await whoami(service, keys["k1"].token()))[0] == 200
 
 
