@@ -8,7 +8,7 @@ import logging
 import sys
 
 from service.app import card_cli, config, push_cli
-from service.net import logflood
+from service.net import logflood, logs
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
 Every flag can also be set as an environment variable (A2A_ + the flag name in upper
@@ -106,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)  # JSON lines unless on a terminal
     logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
     from service.app.server import StartupError, serve
 

@@ -21,6 +21,8 @@ from service.cards import signing
 from service.cards.signing import SigningSettings
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
+from service.net.logs import LogSettings, validate_logs
+from service.net.readiness import ProbeSettings, validate_probes
 from service.push.settings import PushSettings, validate_push
 
 ENV_PREFIX = "A2A_"
@@ -31,7 +33,15 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Settings(PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings):
+class Settings(
+    PushSettings,
+    SecuritySettings,
+    InputSettings,
+    SigningSettings,
+    NetSettings,
+    LogSettings,
+    ProbeSettings,
+):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
     host: str = "127.0.0.1"
@@ -200,6 +210,8 @@ def validate(s: Settings) -> None:
         signing.validate_signing,
         security.validate_security,
         validate_netlimits,
+        validate_logs,
+        validate_probes,
     ):
         try:
             check(s)
@@ -213,3 +225,12 @@ def secret_files(s: Settings) -> list[str]:
     """Every file a setting names that holds a key, secret or certificate (each section lists
     its own), for the input policy: no message may point at them."""
     return security.secret_files(s) + signing.secret_files(s)
+
+
+def secrets(s: Settings) -> list[str]:
+    """Every configured credential and key, so the log redactor never writes one."""
+    return [
+        *security.configured_secrets(s),
+        *([s.card_signing_secret] if s.card_signing_secret else []),
+        *s.push_secret_keys,
+    ]

@@ -218,6 +218,24 @@ def authenticator_from(s: SecuritySettings) -> Authenticator | None:
     return auth if auth.enabled else None
 
 
+def configured_secrets(s: SecuritySettings) -> list[str]:
+    """The tokens, passwords and keys configured (inline and in files), for the log redactor."""
+    found: list[str] = []
+    for inline, file, key, sep in (
+        (s.auth_bearer_tokens, s.auth_bearer_tokens_file, "auth_bearer_tokens", "="),
+        (s.auth_basic_users, s.auth_basic_users_file, "auth_basic_users", ":"),
+        (s.auth_api_keys, s.auth_api_keys_file, "auth_api_keys", "="),
+    ):
+        try:
+            pairs = load_pairs(
+                inline, file, key=key, sep=sep, what="secret", min_chars=1, allow_spaces=True
+            )
+        except (CredentialError, ValueError):
+            continue  # reported by authenticator_from
+        found += [secret for _, secret in pairs]
+    return found
+
+
 def tls_from(s: SecuritySettings) -> TlsFiles | None:
     try:
         tls = tls_files(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file)

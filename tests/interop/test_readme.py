@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.process import ROOT, ServerProcess, free_port
+from tests.process import ROOT, ServerProcess, free_port, shows_traceback
 from tests.security_util import make_pki
 
 README = (ROOT / "README.md").read_text()
@@ -122,7 +122,7 @@ def test_readme_block_runs(index, tmp_path):
     assert result.returncode == 0, (
         f"block failed:\n{block}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
-    assert "Traceback" not in result.stdout + result.stderr
+    assert not shows_traceback(result.stdout + result.stderr)
     if "card verify" in block:
         assert result.stdout.count("verified") >= 2, result.stdout
     if "SendMessage" in block or "message:send" in block:

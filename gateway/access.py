@@ -1,0 +1,52 @@
+"""The access line of an HTTP call (service.net.access): opened when the request reaches a
+binding's endpoint, closed when its response — a whole event stream included — has been
+sent, so the duration and outcome are those the caller saw. Routes that are not A2A calls
+(the card, /health, the JWKS) write none."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from service.net.access import AccessLog, Call
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class _Sent:
+    """The endpoint's response; the call's line is written once it has been sent."""
+
+    __slots__ = ("response", "call")
+
+    def __init__(self, response: Response, call: Call) -> None:
+        self.response = response
+        self.call = call
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.call.close()
+
+
+def logged(binding: str, endpoint: Endpoint, access: AccessLog | None) -> Endpoint:
+    """`endpoint` with an access line per request (itself when the access log is off)."""
+    if access is None:
+        return endpoint
+
+    async def handle(request: Request) -> Response:
+        call = access.open(binding)
+        if call is None:
+            return await endpoint(request)
+        try:
+            response = await endpoint(request)
+        except BaseException:
+            call.outcome = "INTERNAL_ERROR" if call.outcome == "OK" else call.outcome
+            call.close()
+            raise
+        return _Sent(response, call)  # type: ignore[return-value]  # an ASGI app, as starlette calls it
+
+    return handle
