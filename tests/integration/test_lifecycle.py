@@ -291,7 +291,8 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
             return all(c.status == health_pb2.HealthCheckResponse.NOT_SERVING for c in checks)
 
         await eventually(not_serving, 10, "gRPC health NOT_SERVING")
-        assert (await http.get(f"{base}/health")).status_code == 503
+        for probe in ("/health", "/health/live", "/health/ready"):
+            assert (await http.get(f"{base}{probe}")).status_code == 503, probe
 
         async def refused() -> bool:
             try:
