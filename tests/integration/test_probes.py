@@ -44,7 +44,7 @@ class OwnRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    async def start(self) -> None:
+    def _spawn(self) -> None:
         self.proc = subprocess.Popen(
             [
                 self.binary,
@@ -62,6 +62,9 @@ class OwnRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    async def start(self) -> None:
+        self._spawn()
 
         async def answers() -> bool:
             try:
