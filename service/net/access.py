@@ -30,6 +30,7 @@ from opentelemetry import trace
 log = logging.getLogger("service.access")
 refusals = logging.getLogger("service.access.unauthenticated")  # flood-limited: logflood
 OK = "OK"
+MAX_ID_CHARS = 128  # the longest id the protocol accepts
 UNAUTHENTICATED = "UNAUTHENTICATED"
 
 _current: contextvars.ContextVar[Call | None] = contextvars.ContextVar("a2a_access", default=None)
@@ -71,7 +72,7 @@ class Call:
     def saw(self, message: Message) -> None:
         """A request or reply of this call: remember its task id if none is known yet."""
         if not self.task_id:
-            self.task_id = task_id_of(message)
+            self.task_id = task_id_of(message)[:MAX_ID_CHARS]  # a refused id may be any length
 
     def failed(self, err: Any) -> None:
         """The call ends with this A2AError (its reason, and the ref of an internal error)."""

@@ -6,7 +6,9 @@ container, systemd, a file) and text on a terminal; `"json"` and `"text"` choose
 record is one line whatever it carries: an exception becomes the `exception` field
 (type, message and the stack as `file:line in function` frames, no source lines), so a
 multi-line traceback never splits a record. Fields a caller passes with
-`extra={"fields": {...}}` (the access log's method, outcome, ids) become top-level keys.
+`extra={"fields": {...}}` (the access log's method, outcome, ids) become top-level keys;
+they are written as given, so only values chosen by our code go there, never text a
+caller or a library wrote.
 
 Redaction (`Redactor`, applied to every record by both formats): the configured
 credentials (`protect`), anything after an `Authorization` scheme word (`Bearer …`,
@@ -120,10 +122,10 @@ class JsonFormatter(logging.Formatter):
             "message": self.redactor.text(record.getMessage()),
         }
         fields = getattr(record, FIELDS, None)
-        if isinstance(fields, dict):
+        if isinstance(fields, dict):  # values the code chose (ids, names, numbers): as they are
             for key, value in fields.items():
                 if key not in doc and value not in (None, ""):
-                    doc[key] = self.redactor.text(value) if isinstance(value, str) else value
+                    doc[key] = value
         if record.exc_info and record.exc_info[1] is not None:
             doc["exception"] = exception_fields(record.exc_info, self.redactor)
         elif record.exc_text:
