@@ -64,3 +64,17 @@ async def test_no_line_when_the_access_log_is_off(start_service, caplog):
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as http:
         assert (await http.get("/tasks", headers={"A2A-Version": "1.0"})).status_code == 200
     assert _lines(caplog) == []
+
+
+async def test_refused_credentials_are_flood_limited(start_service, caplog):
+    caplog.set_level(logging.INFO, logger="service.access")
+    service = await start_service(http_port=0, store="memory:", **bearer_settings())
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as http:
+        for i in range(30):
+            guess = {"A2A-Version": "1.0", "Authorization": f"Bearer guess-{i:020d}"}
+            assert (await http.get("/tasks", headers=guess)).status_code == 401
+        assert (await http.get("/tasks", headers=V1)).status_code == 200
+    lines = _lines(caplog)
+    refusals = [line for line in lines if line["outcome"] == "UNAUTHENTICATED"]
+    assert len(refusals) <= 10  # a few per minute get through (fewer if others came first)
+    assert [line["outcome"] for line in lines if line["principal"]] == ["OK"]  # not limited
