@@ -11,8 +11,9 @@ they are written as given, so only values chosen by our code go there, never tex
 caller or a library wrote.
 
 Redaction (`Redactor`, applied to every record by both formats): the configured
-credentials (`protect`), anything after an `Authorization` scheme word (`Bearer …`,
-`Basic …`), and in exception messages — which agents and libraries write without
+credentials (`protect`), a credential after an `Authorization` scheme word (`Bearer …`,
+`Basic …`: 8 or more token characters, so prose like "basic users" stays), and in
+exception messages — which agents and libraries write without
 thinking of logs — also token-like runs (24+ letters/digits, not a UUID) and `secret=…`
 style pairs become `[redacted]`.
 """
@@ -36,7 +37,7 @@ FIELDS = "fields"  # the `extra` key whose dict becomes top-level JSON keys
 REDACTED = "[redacted]"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-_SCHEME = re.compile(r"(?i)\b(bearer|basic|apikey|token)(\s+)[A-Za-z0-9._~+/=:-]{4,}")
+_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+)(?!realm\b)[A-Za-z0-9._~+/=:-]{8,}")
 _PAIR = re.compile(
     r"(?i)\b([\w-]*(?:password|passwd|secret|token|credential|api[_-]?key|authorization)[\w-]*)"
     r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;)]+)"
