@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from service.net.access import AccessLog, Call
+from service.net.access import CANCELLED, OK, AccessLog, Call
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -40,6 +40,10 @@ class _Sent:
 
         try:
             await self.response(scope, receive, sending)
+        except BaseException:
+            if self._open and self.call.outcome == OK:
+                self.call.outcome = CANCELLED  # the caller went away (or sending failed)
+            raise
         finally:
             self._close()
 
@@ -56,7 +60,8 @@ def logged(binding: str, endpoint: Endpoint, access: AccessLog | None) -> Endpoi
         try:
             response = await endpoint(request)
         except BaseException:
-            call.outcome = "INTERNAL_ERROR" if call.outcome == "OK" else call.outcome
+            if call.outcome == OK:
+                call.outcome = CANCELLED
             call.close()
             raise
         return _Sent(response, call)  # type: ignore[return-value]  # an ASGI app, as starlette calls it

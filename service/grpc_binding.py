@@ -13,6 +13,7 @@ INVALID_ARGUMENT with the A2A InvalidRequest reason, before the servicer sees it
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,7 +31,7 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
 from service.auth.schemes import call_metadata
-from service.net.access import AccessLog, Call
+from service.net.access import CANCELLED, AccessLog, Call
 from service.protocol.errors import (
     A2AError,
     InvalidRequestError,
@@ -136,6 +137,10 @@ def _unary(
                 return response
             except Exception as exc:  # every failure leaves as a typed status
                 await _abort(context, as_a2a_error(exc, name), call)
+            except asyncio.CancelledError:  # the caller went away
+                if call is not None:
+                    call.outcome = CANCELLED
+                raise
             finally:
                 calls.active -= 1
         finally:
@@ -176,6 +181,10 @@ def _streaming(
                     yield event
             except Exception as exc:
                 await _abort(context, as_a2a_error(exc, name), call)
+            except asyncio.CancelledError:  # the caller went away
+                if call is not None:
+                    call.outcome = CANCELLED
+                raise
             finally:
                 calls.active -= 1
         finally:

@@ -5,7 +5,7 @@ fill in what they learn through `current()` — the method, the task id (from th
 or the reply), the principal, the outcome — and the binding closes it when the answer
 (for a stream: its last event) has been written. The line (logger `service.access`, INFO)
 carries `method` (the A2A method name), `binding` (`grpc`, `jsonrpc`, `rest`), `outcome`
-(`OK` or the error reason), `duration_ms`, `task_id`, `principal`, the `trace_id` and
+(`OK`, the error reason, or `CANCELLED` when the caller went away), `duration_ms`, `task_id`, `principal`, the `trace_id` and
 `span_id` of the OpenTelemetry span current at the end (when one is valid), and the `ref`
 of an internal error. Never a credential, a header, or a body.
 
@@ -30,6 +30,7 @@ from opentelemetry import trace
 log = logging.getLogger("service.access")
 refusals = logging.getLogger("service.access.unauthenticated")  # flood-limited: logflood
 OK = "OK"
+CANCELLED = "CANCELLED"  # the caller went away before the answer was complete
 MAX_ID_CHARS = 128  # the longest id the protocol accepts
 UNAUTHENTICATED = "UNAUTHENTICATED"
 

@@ -12,6 +12,7 @@ import httpx
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from tests.conftest import user_message
+from tests.push_util import eventually
 from tests.security_util import TOKENS, bearer_settings
 
 V1 = {"A2A-Version": "1.0", "Authorization": f"Bearer {TOKENS['alice']}"}
@@ -78,3 +79,20 @@ async def test_refused_credentials_are_flood_limited(start_service, caplog):
     refusals = [line for line in lines if line["outcome"] == "UNAUTHENTICATED"]
     assert len(refusals) <= 10  # a few per minute get through (fewer if others came first)
     assert [line["outcome"] for line in lines if line["principal"]] == ["OK"]  # not limited
+
+
+async def test_a_call_the_caller_abandons_is_cancelled(start_service, caplog):
+    caplog.set_level(logging.INFO, logger="service.access")
+    service = await start_service(store="memory:", agent="tests.agents:ScriptedAgent")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        stream = stub.SendStreamingMessage(pb.SendMessageRequest(message=user_message("hang")))
+        first = await stream.read()  # the task snapshot: the call is running
+        stream.cancel()
+
+        async def written() -> bool:
+            return any(line["outcome"] == "CANCELLED" for line in _lines(caplog))
+
+        await eventually(written, 10, "the access line of the abandoned stream")
+    [line] = [line for line in _lines(caplog) if line["outcome"] == "CANCELLED"]
+    assert line["method"] == "SendStreamingMessage" and line["task_id"] == first.task.id
