@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 
-.PHONY: setup run check test test-unit test-integration test-interop lint gen bench clean tools help
+.PHONY: setup run check test test-unit test-integration test-interop lint gen config-reference bench clean tools help
 
 # `make` alone is `make setup` (the first target); `make help` lists the targets.
 setup: $(STAMP)  ## create .venv and install the package with its dev dependencies
@@ -57,6 +57,9 @@ lint: setup tools  ## buf lint the proto, ruff check the Python
 
 gen: setup  ## regenerate the gRPC code under gen/ from proto/
 	$(PY) proto/codegen.py
+
+config-reference: setup  ## regenerate the README's configuration tables from the settings sections
+	$(PY) -m service config-reference --write README.md
 
 bench: setup  ## run the benchmarks (tests/bench/run.py)
 	$(PY) tests/bench/run.py

@@ -2,7 +2,8 @@
 
     POST /                              JSON-RPC 2.0 (jsonrpc_http.py over jsonrpc.py)
     GET  /.well-known/agent-card.json   the public agent card (card.py)
-    GET  /health                        {"status": "healthy"}; 503 while draining
+    GET  /health, /health/live          {"status": "healthy"}; 503 while draining (health.py)
+    GET  /health/ready                  also 503 while the store, bus or push queue is unreachable
     GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
     GET  [/{tenant}]/tasks/{taskId}/files/{sha256}
                                         a stored file artifact, to its task's owner (files.py)
@@ -23,32 +24,25 @@ from collections.abc import Callable
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access import logged
 from gateway.auth import HttpAuth, anonymous
-from gateway.body import MAX_BODY_BYTES, json_response
+from gateway.body import MAX_BODY_BYTES
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.dispatch import HttpOptions
 from gateway.files import FileEndpoint, FileReader
+from gateway.health import health_routes
 from gateway.invoker import Invoker
 from gateway.jsonrpc_http import JsonRpcEndpoint
 from gateway.jwks import JwksEndpoint
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
+from service.net.access import AccessLog
+from service.net.readiness import Readiness
 from service.protocol.files import FILES_ROUTE, TENANT_FILES_ROUTE
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-def health_endpoint(is_serving: Callable[[], bool]):
-    async def health(request: Request) -> Response:
-        if is_serving():
-            return json_response({"status": "healthy"})
-        return json_response({"status": "draining"}, status=503, headers={"Retry-After": "1"})
-
-    return health
 
 
 def build_app(
@@ -66,12 +60,16 @@ def build_app(
     forward_credentials: bool = False,
     files: FileReader | None = None,
     reject_unknown_fields: bool = False,
+    access: AccessLog | None = None,
+    readiness: Readiness | None = None,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again).
     `files`: where stored file artifacts are read (None: no download route, as in proxy
     mode, where the bytes live with the upstream). `reject_unknown_fields`: request JSON
-    members that name no field are InvalidParams (else they are ignored)."""
+    members that name no field are InvalidParams (else they are ignored). `access`: an
+    access line per JSON-RPC and REST call (None: off). `readiness`: what `/health/ready`
+    reports besides the drain (None: ready while serving)."""
     options = HttpOptions(
         keepalive_seconds=keepalive_seconds,
         max_body_bytes=max_body_bytes,
@@ -83,13 +81,13 @@ def build_app(
         anonymous if auth is None else HttpAuth(auth, forward_credentials=forward_credentials).guard
     )
     routes = [
-        Route("/", guard(jsonrpc.handle), methods=ALL_METHODS),
+        Route("/", logged("jsonrpc", guard(jsonrpc.handle), access), methods=ALL_METHODS),
         Route(WELL_KNOWN_PATH, CardEndpoint(card, card_max_age).handle, methods=ALL_METHODS),
-        Route("/health", health_endpoint(is_serving), methods=["GET", "HEAD"]),
-        Route("/{path:path}", guard(rest.handle), methods=ALL_METHODS),
+        *health_routes(is_serving, readiness),
+        Route("/{path:path}", logged("rest", guard(rest.handle), access), methods=ALL_METHODS),
     ]
     if files is not None:  # before the REST catch-all; other methods fall through to it
-        download = guard(FileEndpoint(files).handle)
+        download = logged("rest", guard(FileEndpoint(files).handle), access, "DownloadFile")
         for template in (FILES_ROUTE, TENANT_FILES_ROUTE):
             routes.insert(-1, Route(template, download, methods=["GET", "HEAD"]))
     if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all

@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 from gateway.params import FORWARDED_HEADERS, GRPC_METADATA_PREFIX, Caller
 from service.auth import Authenticator
+from service.net import access
 from service.protocol.errors import UnauthenticatedError
 
 Endpoint = Callable[[Request], Awaitable[Response]]  # what starlette routes to
@@ -62,18 +63,25 @@ class HttpAuth:
 
     def guard(self, handler: Handler) -> Endpoint:
         async def guarded(request: Request) -> Response:
+            call = access.current()
             headers = request.scope["headers"]
             credentials: dict[str, str] = {}
             for raw_name, raw_value in headers:
                 name = raw_name.decode("latin-1").lower()
                 if name in self.credential_keys:
                     if name in credentials:  # two credentials in one header: ambiguous, refused
+                        if call is not None:
+                            call.failed(UnauthenticatedError())
                         return unauthorized(self.auth)
                     credentials[name] = raw_value.decode("latin-1")
             try:
                 principal = await self.auth.principal(credentials)
-            except UnauthenticatedError:
+            except UnauthenticatedError as exc:
+                if call is not None:
+                    call.failed(exc)
                 return unauthorized(self.auth)
+            if call is not None:
+                call.principal = principal
             return await handler(request, Caller(principal, self._pass_on(headers)))
 
         return guarded

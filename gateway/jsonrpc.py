@@ -32,6 +32,7 @@ from gateway.invoker import Invoker
 from gateway.replies import Document, ErrorReply, Reply, invoke
 from gateway.transcode import build_request, to_json_dict
 from service.api import CallContext
+from service.net import access
 from service.protocol.errors import (
     A2AError,
     InvalidParamsError,
@@ -114,6 +115,7 @@ class JsonRpcDispatcher:
                     f"Unknown method {name!r}; methods are the A2AService RPC names, e.g. SendMessage."
                 )
             method, request_cls = entry
+            access.name_method(method.name)
             message = build_request(
                 request_cls,
                 body=params,

@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 from gateway.invoker import Invoker
 from service.api import CallContext
 from service.engine.stream import NumberedEvents
+from service.net import access
 from service.protocol.errors import A2AError, as_a2a_error
 
 Document = dict[str, Any]
@@ -50,6 +51,9 @@ class ErrorReply:
         """`exc` as the binding's error document (an unexpected one is logged, see
         `as_a2a_error`: `where` names the call in the log)."""
         err = as_a2a_error(exc, where)
+        call = access.current()
+        if call is not None:
+            call.failed(err)
         return cls(renderer.error(err), err)
 
 
@@ -78,7 +82,11 @@ class DocumentStream:
         if self._ended:
             raise StopAsyncIteration
         try:
-            return self._renderer.result(await self._events.__anext__())
+            event = await self._events.__anext__()
+            call = access.current()
+            if call is not None:
+                call.saw(event)
+            return self._renderer.result(event)
         except StopAsyncIteration:
             raise
         except Exception as exc:
@@ -103,7 +111,14 @@ async def invoke(
 ) -> Document | DocumentStream:
     """Call `method` and render what it answers. An error before a stream starts is
     raised, for the binding to answer as an ErrorReply."""
+    logged = access.current()
+    if logged is not None:
+        logged.method = method.name
+        logged.saw(message)
     if method.server_streaming:
         events = await invoker.stream(method.name, message, call)
         return DocumentStream(events, renderer, f"{where} stream")
-    return renderer.result(await invoker.unary(method.name, message, call))
+    response = await invoker.unary(method.name, message, call)
+    if logged is not None:
+        logged.saw(response)
+    return renderer.result(response)

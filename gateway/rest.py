@@ -25,6 +25,7 @@ from gateway.params import Caller, call_context
 from gateway.replies import invoke
 from gateway.routes import Router, route_table, with_post_aliases
 from gateway.transcode import build_request, parse_json_body, resolve_path
+from service.net import access
 from service.protocol.errors import MethodNotFoundError
 
 
@@ -74,6 +75,7 @@ class RestEndpoint:
                 )
             route = match.route
             name = route.method.name
+            access.name_method(name)
             body = None
             if route.body:
                 raw = await read_json_body(request, self.options.max_body_bytes)

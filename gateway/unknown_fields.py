@@ -16,7 +16,7 @@ the messages they are. (The walk: `gateway.transcode.known_fields_only`.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 IGNORE = "ignore"
 REJECT = "reject"
@@ -25,9 +25,14 @@ POLICIES = (IGNORE, REJECT)
 
 @dataclass
 class UnknownFieldSettings:
-    """README "Configuration": `json_unknown_fields`."""
+    """Request JSON members that name no field (README "Configuration")."""
 
-    json_unknown_fields: str = IGNORE  # "ignore" (forward compatible) or "reject" (strict)
+    json_unknown_fields: str = field(
+        default=IGNORE,
+        metadata={
+            "help": "JSON-RPC and REST request members that name no field: `ignore` (drop them, as the spec asks) or `reject` (`InvalidParams` naming the field); gRPC always ignores them"
+        },
+    )
 
 
 def validate_unknown_fields(s: UnknownFieldSettings) -> None:

@@ -13,6 +13,7 @@ INVALID_ARGUMENT with the A2A InvalidRequest reason, before the servicer sees it
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,6 +31,7 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
 from service.auth.schemes import call_metadata
+from service.net.access import CANCELLED, AccessLog, Call
 from service.protocol.errors import (
     A2AError,
     InvalidRequestError,
@@ -97,13 +99,11 @@ class CallLimit:
         self.limit = limit
         self.active = 0
 
-    def refusal(self) -> grpc.Status:
-        return error_status(
-            OverloadedError(
-                f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
-                metadata={"limit": str(self.limit)},
-                retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
-            )
+    def refusal(self) -> A2AError:
+        return OverloadedError(
+            f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
+            metadata={"limit": str(self.limit)},
+            retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
         )
 
 
@@ -111,56 +111,110 @@ RETRY_AFTER_OVERLOAD_SECONDS = 1.0
 
 
 def _unary(
-    name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit
+    name: str,
+    api: A2AApi,
+    authenticate: Authenticator | None,
+    calls: CallLimit,
+    access: AccessLog | None,
 ) -> Callable[..., Awaitable[Any]]:
     handler = getattr(api, name)
 
     async def method(self: object, request: ProtoMessage, context: grpc.aio.ServicerContext) -> Any:
-        if calls.limit and calls.active >= calls.limit:
-            await context.abort_with_status(calls.refusal())
-        calls.active += 1
+        call = access.open("grpc", name) if access is not None else None
         try:
-            return await handler(request, await call_context(context, authenticate))
-        except Exception as exc:  # every failure leaves as a typed status
-            await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+            if calls.limit and calls.active >= calls.limit:
+                await _abort(context, calls.refusal(), call)
+            calls.active += 1
+            try:
+                if call is not None:
+                    call.saw(request)
+                ctx = await call_context(context, authenticate)
+                if call is not None:
+                    call.principal = ctx.principal
+                response = await handler(request, ctx)
+                if call is not None:
+                    call.saw(response)
+                return response
+            except Exception as exc:  # every failure leaves as a typed status
+                await _abort(context, as_a2a_error(exc, name), call)
+            except asyncio.CancelledError:  # the caller went away
+                if call is not None:
+                    call.outcome = CANCELLED
+                raise
+            finally:
+                calls.active -= 1
         finally:
-            calls.active -= 1
+            if call is not None:
+                call.close()
 
     method.__name__ = name
     return method
 
 
 def _streaming(
-    name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit
+    name: str,
+    api: A2AApi,
+    authenticate: Authenticator | None,
+    calls: CallLimit,
+    access: AccessLog | None,
 ) -> Callable[..., AsyncIterator[Any]]:
     handler = getattr(api, name)
 
     async def method(
         self: object, request: ProtoMessage, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        if calls.limit and calls.active >= calls.limit:
-            await context.abort_with_status(calls.refusal())
-        calls.active += 1
+        call = access.open("grpc", name) if access is not None else None
         try:
-            events = await handler(request, await call_context(context, authenticate))
-            async for event in events:
-                yield event
-        except Exception as exc:
-            await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+            if calls.limit and calls.active >= calls.limit:
+                await _abort(context, calls.refusal(), call)
+            calls.active += 1
+            try:
+                if call is not None:
+                    call.saw(request)
+                ctx = await call_context(context, authenticate)
+                if call is not None:
+                    call.principal = ctx.principal
+                events = await handler(request, ctx)
+                async for event in events:
+                    if call is not None:
+                        call.saw(event)
+                    yield event
+            except Exception as exc:
+                await _abort(context, as_a2a_error(exc, name), call)
+            except asyncio.CancelledError:  # the caller went away
+                if call is not None:
+                    call.outcome = CANCELLED
+                raise
+            finally:
+                calls.active -= 1
         finally:
-            calls.active -= 1
+            if call is not None:
+                call.close()
 
     method.__name__ = name
     return method
 
 
+async def _abort(context: grpc.aio.ServicerContext, err: A2AError, call: Call | None) -> None:
+    """End the call with `err` as a typed status (and say so in its access line)."""
+    if call is not None:
+        call.failed(err)
+    await context.abort_with_status(error_status(err))
+
+
 def make_servicer(
-    api: A2AApi, authenticate: Authenticator | None = None, calls: CallLimit | None = None
+    api: A2AApi,
+    authenticate: Authenticator | None = None,
+    calls: CallLimit | None = None,
+    access: AccessLog | None = None,
 ) -> a2a_pb2_grpc.A2AServiceServicer:
-    """A servicer instance whose methods are generated from the service descriptor."""
+    """A servicer instance whose methods are generated from the service descriptor;
+    `access`: write an access line per call (None: off)."""
     limit = calls or CallLimit()
     methods = {
-        m.name: (_streaming if m.server_streaming else _unary)(m.name, api, authenticate, limit)
+        m.name: (_streaming if m.server_streaming else _unary)(
+            m.name, api, authenticate, limit, access
+        )
         for m in SERVICE.methods
     }
     cls = type("A2AServicer", (a2a_pb2_grpc.A2AServiceServicer,), methods)
@@ -188,17 +242,28 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
 
 
 async def _refuse(
-    request: Undecodable, context: grpc.aio.ServicerContext, authenticate: Authenticator | None
+    request: Undecodable,
+    context: grpc.aio.ServicerContext,
+    authenticate: Authenticator | None,
+    call: Call | None,
 ) -> None:
     err: A2AError
     try:
-        await call_context(context, authenticate)  # UnauthenticatedError first, as for any call
+        ctx = await call_context(
+            context, authenticate
+        )  # UnauthenticatedError first, as for any call
+        if call is not None:
+            call.principal = ctx.principal
         err = InvalidRequestError(
             f"The request is not a valid {request.type_name} protobuf message."
         )
     except Exception as exc:
         err = as_a2a_error(exc, "gRPC request parsing")
-    await context.abort_with_status(error_status(err))
+    try:
+        await _abort(context, err, call)
+    finally:
+        if call is not None:
+            call.close()
 
 
 # A handler as grpc calls it: (request, context) -> response, or an async iterator of them.
@@ -206,25 +271,31 @@ Handler = Callable[[Any, Any], Any]
 
 
 def _parsed_unary(
-    behavior: Callable[[Any, Any], Awaitable[Any]], authenticate: Authenticator | None
+    behavior: Callable[[Any, Any], Awaitable[Any]],
+    authenticate: Authenticator | None,
+    access: AccessLog | None = None,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     async def handle(request: ProtoMessage | Undecodable, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
-            await _refuse(request, context, authenticate)
+            call = access.open("grpc", behavior.__name__) if access is not None else None
+            await _refuse(request, context, authenticate, call)
         return await behavior(request, context)
 
     return handle
 
 
-def _parsed_streaming(behavior: Handler, authenticate: Authenticator | None) -> Handler:
+def _parsed_streaming(
+    behavior: Handler, authenticate: Authenticator | None, access: AccessLog | None = None
+) -> Handler:
     if not inspect.isasyncgenfunction(behavior):  # writes with context.write (health's Watch)
-        return _parsed_unary(behavior, authenticate)
+        return _parsed_unary(behavior, authenticate, access)
 
     async def handle(
         request: ProtoMessage | Undecodable, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
         if isinstance(request, Undecodable):
-            await _refuse(request, context, authenticate)
+            call = access.open("grpc", behavior.__name__) if access is not None else None
+            await _refuse(request, context, authenticate, call)
         async for event in behavior(request, context):
             yield event
 
@@ -236,9 +307,11 @@ def add_servicer(
     server: grpc.aio.Server,
     authenticate: Authenticator | None = None,
     service: ServiceDescriptor = SERVICE,
+    access: AccessLog | None = None,
 ) -> None:
     """`add_<Service>Servicer_to_server` (the A2A service by default; also the public health
-    service, without `authenticate`), with tolerant request parsing."""
+    service, without `authenticate`), with tolerant request parsing; `access`: an access line
+    for requests refused as undecodable (the servicer writes those of the others)."""
     handlers = {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
@@ -246,13 +319,13 @@ def add_servicer(
         behavior = getattr(servicer, method.name)
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _parsed_streaming(behavior, authenticate),
+                _parsed_streaming(behavior, authenticate, access),
                 request_deserializer=_parser(request_cls),
                 response_serializer=response_cls.SerializeToString,
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _parsed_unary(behavior, authenticate),
+                _parsed_unary(behavior, authenticate, access),
                 request_deserializer=_parser(request_cls),
                 response_serializer=response_cls.SerializeToString,
             )

@@ -11,6 +11,7 @@ Commands (the first word of the message):
   chunks N         one artifact in N chunks (append / lastChunk), then completes
   fail             fails the task
   raise            raises an exception (the engine must fail the task, sanitized)
+  leak             raises with AGENT_SECRET in the message (kept out of the log and the answer)
   break            emits after completing (a protocol violation)
   reject           rejects the task
   exts             artifact listing the extensions the caller requested
@@ -27,6 +28,8 @@ from __future__ import annotations
 import asyncio
 
 from service.agent import TurnContext
+
+AGENT_SECRET = "sk_live_51Hx9f8e7d6c5b4a39281706f5e4d3c"  # what a careless agent may raise with
 
 
 def tool_steps(use_id: str) -> list[tuple[str, str, str]]:
@@ -78,6 +81,8 @@ class ScriptedAgent:
             await ctx.fail("it failed on purpose")
         elif word == "raise":
             raise RuntimeError("secret /etc/passwd detail")
+        elif word == "leak":
+            raise RuntimeError(f"upstream refused our key {AGENT_SECRET}")
         elif word == "break":
             await ctx.complete("done")
             await ctx.working("after the end")

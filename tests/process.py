@@ -8,9 +8,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def shows_traceback(text: str) -> bool:
+    """A server's output holds an exception: a text traceback, or a JSON record's field."""
+    return "Traceback" in text or '"exception": ' in text
 
 
 def free_port() -> int:
@@ -40,6 +46,7 @@ class ServerProcess:
         }
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
+        self._reader: threading.Thread | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         self.proc = subprocess.Popen(
@@ -58,6 +65,9 @@ class ServerProcess:
                 raise RuntimeError("server exited during startup:\n" + "".join(self.output))
             self.output.append(line)
             if line.startswith("A2A service ready"):
+                # Keep reading: access lines would fill the pipe and block the server.
+                self._reader = threading.Thread(target=self._read_rest, daemon=True)
+                self._reader.start()
                 return self
         raise RuntimeError("server did not become ready:\n" + "".join(self.output))
 
@@ -80,6 +90,15 @@ class ServerProcess:
             self.proc.kill()
             return self.proc.wait(5)
 
-    def rest_of_output(self) -> str:
+    def _read_rest(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def rest_of_output(self) -> str:
+        """Everything the server wrote (call it after it stopped)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        if self._reader is not None:
+            self._reader.join(30)
+            return "".join(self.output)
         return "".join(self.output) + self.proc.stdout.read()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import pathlib
 import sys
 
-from service.app import card_cli, config, push_cli
-from service.net import logflood
+from service.app import card_cli, config, config_doc, push_cli
+from service.net import logflood, logs
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
 Every flag can also be set as an environment variable (A2A_ + the flag name in upper
@@ -91,7 +92,39 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     push_cli.add_parser(sub)
     card_cli.add_parser(sub)
+    reference = sub.add_parser(
+        "config-reference",
+        help="print the configuration reference (the README's key tables), from the settings",
+    )
+    reference.add_argument(
+        "--write", metavar="FILE", help="replace the tables between the markers in FILE instead"
+    )
     return parser
+
+
+def setting_flags(parser: argparse.ArgumentParser | None = None) -> dict[str, str]:
+    """Setting key -> its `serve` flag, for the keys that have one."""
+    parser = parser or build_parser()
+    serve = next(
+        action.choices["serve"]
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    return {
+        action.dest: action.option_strings[0]
+        for action in serve._actions
+        if action.option_strings and action.dest in config.FIELDS
+    }
+
+
+def _config_reference(args: argparse.Namespace) -> int:
+    flags = setting_flags()
+    if args.write:
+        changed = config_doc.write(pathlib.Path(args.write), flags)
+        print(f"{args.write}: {'updated' if changed else 'already up to date'}")
+    else:
+        print(config_doc.reference(flags))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,15 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         return push_cli.main(args)
     if args.command_name == "card":
         return card_cli.main(args)
+    if args.command_name == "config-reference":
+        return _config_reference(args)
     flags = {k: v for k, v in vars(args).items() if k not in ("command_name", "config")}
     try:
         settings = config.load(args.config, flags=flags)
     except config.ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)  # JSON lines unless on a terminal
     logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
     from service.app.server import StartupError, serve
 

@@ -23,6 +23,8 @@ from service.cards.signing import SigningSettings
 from service.engine.files import FileSettings, validate_files
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
+from service.net.logs import LogSettings, validate_logs
+from service.net.readiness import ProbeSettings, validate_probes
 from service.permission.policy import PermissionSettings, validate_permissions
 from service.push.settings import PushSettings, validate_push
 
@@ -43,45 +45,133 @@ class Settings(
     UnknownFieldSettings,
     FileSettings,
     PermissionSettings,
+    LogSettings,
+    ProbeSettings,
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
-    host: str = "127.0.0.1"
-    grpc_port: int = 50051
-    http_port: int = 8080  # 0 = any free port; -1 = no HTTP gateway
-    data_dir: str = "data"
-    store: str = ""  # default: sqlite in data_dir
-    store_commit_interval_ms: float = (
-        5.0  # SQLite group commit: how long concurrent writes may wait to share a commit
+    host: str = field(
+        default="127.0.0.1", metadata={"help": "listen address (`0.0.0.0` for all interfaces)"}
     )
-    agent: str = "echo"
-    command: str = ""  # argv for the `command` agent (shell-style quoting)
-    command_grace_seconds: float = 5.0  # SIGTERM -> SIGKILL delay when a command turn is canceled
-    command_approval: bool = False  # the command agent asks permission before each run
-    public_url: str = ""  # base URL clients use to reach the HTTP gateway (behind a proxy)
-    grpc_public_address: str = ""  # host:port clients use for gRPC
-    upstream: str = (
-        ""  # proxy mode: host:port of a remote A2A gRPC server; only the gateway runs here
+    grpc_port: int = field(default=50051, metadata={"help": "gRPC port; `0` picks a free one"})
+    http_port: int = field(
+        default=8080,
+        metadata={"help": "HTTP gateway port; `0` picks a free one, `-1` disables the gateway"},
     )
-    name: str = ""
-    description: str = ""
-    version: str = "0.1.0"
-    provider_organization: str = ""
-    provider_url: str = ""
-    documentation_url: str = ""
-    skills: list[dict[str, Any]] | None = None  # default: the agent's own
-    input_modes: list[str] = field(default_factory=list)
-    output_modes: list[str] = field(default_factory=list)
-    extended_card: bool = False
-    extended_skills: list[dict[str, Any]] | None = None
-    required_extensions: list[str] = field(default_factory=list)
-    card_max_age: int = 60
-    sse_keepalive_seconds: float = 15.0  # comment line sent on idle event streams
-    drain_seconds: float = 5.0  # on SIGTERM: how long running turns and in-flight calls may finish
-    drain_grace_seconds: float = (
-        1.0  # on SIGTERM: how long new calls are still taken (health is already non-serving)
+    data_dir: str = field(
+        default="data",
+        metadata={"help": "task database and command-agent workspaces, created on first run"},
     )
-    log_level: str = "INFO"
+    store: str = field(
+        default="",
+        metadata={
+            "help": "`sqlite:PATH` or `memory:` (tests and benchmarks; not durable)",
+            "default": "`sqlite:DATA_DIR/tasks.db`",
+        },
+    )
+    store_commit_interval_ms: float = field(
+        default=5.0,
+        metadata={
+            "help": "SQLite group commit: when independent callers write at once, their writes wait "
+            "until this long after the last commit (twice as long while more writers arrive "
+            "than one slot gathers) and share one transaction; a lone caller's writes commit "
+            "at once; `0` never waits"
+        },
+    )
+    agent: str = field(
+        default="echo",
+        metadata={"help": "`echo`, `command`, or an import path `package.module:attr`"},
+    )
+    command: str = field(
+        default="",
+        metadata={"help": 'program run by the `command` agent, shell-quoted (`"wc -w"`)'},
+    )
+    command_grace_seconds: float = field(
+        default=5.0, metadata={"help": "SIGTERM→SIGKILL delay when a command turn is canceled"}
+    )
+    command_approval: bool = field(
+        default=False,
+        metadata={
+            "help": "the `command` agent asks permission (`toolName` `command`) before running "
+            "its program each turn; `deny` ends the task `REJECTED` without running it (see "
+            '"Human in the loop")'
+        },
+    )
+    public_url: str = field(
+        default="",
+        metadata={"help": "base URL of the HTTP gateway as clients reach it (agent card)"},
+    )
+    grpc_public_address: str = field(
+        default="", metadata={"help": "`host:port` of gRPC as clients reach it (agent card)"}
+    )
+    upstream: str = field(
+        default="",
+        metadata={"help": "proxy mode: run only the gateway, forwarding to this A2A gRPC server"},
+    )
+    name: str = field(
+        default="", metadata={"help": "agent card name", "default": "the agent's own"}
+    )
+    description: str = field(
+        default="", metadata={"help": "agent card description", "default": "the agent's own"}
+    )
+    version: str = field(default="0.1.0", metadata={"help": "agent card version"})
+    provider_organization: str = field(
+        default="", metadata={"help": "agent card provider: organization"}
+    )
+    provider_url: str = field(
+        default="", metadata={"help": "agent card provider: URL (with `provider_organization`)"}
+    )
+    documentation_url: str = field(default="", metadata={"help": "agent card documentation URL"})
+    skills: list[dict[str, Any]] | None = field(
+        default=None,
+        metadata={
+            "help": "agent card skills, a list of tables (config file only)",
+            "default": "the agent's own",
+        },
+    )
+    input_modes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "agent card default input media types", "default": "the agent's own"},
+    )
+    output_modes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "agent card default output media types", "default": "the agent's own"},
+    )
+    extended_card: bool = field(
+        default=False,
+        metadata={
+            "help": "offer `GetExtendedAgentCard` (`capabilities.extendedAgentCard`; on when "
+            "`extended_skills` are set); authenticated callers only when auth is on"
+        },
+    )
+    extended_skills: list[dict[str, Any]] | None = field(
+        default=None,
+        metadata={"help": "the extended card's extra skills, a list of tables (config file only)"},
+    )
+    required_extensions: list[str] = field(
+        default_factory=list,
+        metadata={"help": "extension URIs callers must list in `A2A-Extensions`"},
+    )
+    card_max_age: int = field(
+        default=60, metadata={"help": "`Cache-Control: max-age` of the agent card"}
+    )
+    sse_keepalive_seconds: float = field(
+        default=15.0, metadata={"help": "keep-alive comment interval on idle SSE streams"}
+    )
+    drain_seconds: float = field(
+        default=5.0,
+        metadata={
+            "help": "on SIGTERM: how long running turns and in-flight calls may finish (0–3600)"
+        },
+    )
+    drain_grace_seconds: float = field(
+        default=1.0,
+        metadata={
+            "help": "on SIGTERM: how long new calls are still taken after health turns non-serving, "
+            "so load balancers notice (capped by `drain_seconds`)"
+        },
+    )
+    log_level: str = field(default="INFO", metadata={"help": "`DEBUG`, `INFO`, `WARNING`, `ERROR`"})
 
     @property
     def store_url(self) -> str:
@@ -216,6 +306,8 @@ def validate(s: Settings) -> None:
         validate_files,
         validate_unknown_fields,
         validate_permissions,
+        validate_logs,
+        validate_probes,
     ):
         try:
             check(s)
@@ -229,3 +321,12 @@ def secret_files(s: Settings) -> list[str]:
     """Every file a setting names that holds a key, secret or certificate (each section lists
     its own), for the input policy: no message may point at them."""
     return security.secret_files(s) + signing.secret_files(s)
+
+
+def secrets(s: Settings) -> list[str]:
+    """Every configured credential and key, so the log redactor never writes one."""
+    return [
+        *security.configured_secrets(s),
+        *([s.card_signing_secret] if s.card_signing_secret else []),
+        *s.push_secret_keys,
+    ]

@@ -34,6 +34,7 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 from starlette.types import ASGIApp
 
 from gateway.app import build_app
+from gateway.health import probe_app
 from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
@@ -41,7 +42,7 @@ from gateway.unknown_fields import REJECT
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
 from service.api import A2AApi
-from service.app.config import ConfigError, Settings, secret_files
+from service.app.config import ConfigError, Settings, secret_files, secrets
 from service.app.ownership import LOCK_FILE, InUseError, Ownership
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
@@ -53,12 +54,15 @@ from service.engine.registry import Engine
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
+from service.net import logs
+from service.net.access import AccessLog
 from service.net.limits import grpc_server_options, raise_nofile_limit
+from service.net.readiness import Readiness
 from service.permission.policy import policy_from_settings as permission_policy
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
-from service.store import Store, open_store
+from service.store import Scope, Store, open_store
 from service.store.blobs import LocalBlobStore
 
 log = logging.getLogger("service")
@@ -143,6 +147,10 @@ class Service:
     auth: Authenticator | None = None  # None: authentication is off
     tls: TlsFiles | None = None
     serving: bool = False  # what both health checks report
+    readiness: Readiness = field(default_factory=Readiness)  # the parts calls need, checked
+    access: AccessLog | None = None  # None: no access log
+    probes: HttpServer | None = None  # probe_port: /health, /health/live, /health/ready alone
+    probe_port: int = 0
     gate: Gate = field(default_factory=Gate)  # closed: new calls are refused (draining)
     ownership: Ownership = field(default_factory=Ownership)
     _started: bool = False  # start() completed: there may be callers to drain
@@ -152,6 +160,8 @@ class Service:
         """Start everything or nothing: StartupError (or ConfigError) names what failed."""
         s = self.settings
         raise_nofile_limit()  # descriptors for the connection caps and the reserve
+        logs.protect(secrets(s))  # no configured credential is ever written to the log
+        self.access = AccessLog() if s.access_log else None
         try:
             self._claim_data()  # before anything in the data directory is opened
             try:  # unusable credentials or TLS files: before any listener
@@ -180,13 +190,53 @@ class Service:
             if self.http is not None:
                 with _setting("http_port"):
                     await self._start_gateway()
+            if s.probe_port >= 0:
+                with _setting("probe_port"):
+                    await self._start_probes()
+            await self.readiness.start(self._readiness_changed)
         except BaseException:
             await self.stop()
             raise
         self.serving = True
         self._started = True
         if self.health is not None:
-            await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+            await self._readiness_changed(self.readiness.ready)
+
+    def _check_readiness(self) -> None:
+        """The readiness seam: one check per part every call needs. A store, bus or queue
+        implementation is checked through its own seam's cheapest read, so any new one (a
+        PostgreSQL store, a Redis bus) is covered once it is wired here."""
+        store, push = self.store, self.push
+        if store is not None:
+            self.readiness.add("store", lambda: store.get(Scope(), "readiness-check"))
+        if push is not None:
+            self.readiness.add(
+                "push_queue", lambda: push.queue.cursors(("", "", "readiness-check"))
+            )
+
+    async def _readiness_changed(self, ready: bool) -> None:
+        """gRPC health follows readiness while serving (the drain sets NOT_SERVING itself)."""
+        if self.health is None or not self.serving or self._stopped.is_set():
+            return
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        await self._set_health(status)
+
+    async def _start_probes(self) -> None:
+        """probe_port: the probes alone, plaintext, no client certificate (for kubelet and
+        load balancers when mTLS is on)."""
+        s = self.settings
+        self.probes = HttpServer(s.probe_host, s.probe_port)
+        self.probe_port = self.probes.port
+        await self.probes.start(
+            probe_app(lambda: self.serving, self.readiness),
+            graceful_seconds=1.0,
+            settings=s,
+        )
+        log.info("health probes (plaintext) listening on %s:%d", s.probe_host, self.probe_port)
 
     async def _start_gateway(self) -> None:
         s = self.settings
@@ -207,6 +257,8 @@ class Service:
             forward_credentials=bool(s.upstream),
             files=self.api,  # None in proxy mode: the files live with the upstream
             reject_unknown_fields=s.json_unknown_fields == REJECT,
+            access=self.access,
+            readiness=self.readiness,
         )
         if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
             app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response
@@ -293,6 +345,7 @@ class Service:
         if self.push is not None:
             with _setting(push_key):
                 await self.push.start()  # after recover: its events are pushed too
+        self._check_readiness()
 
         server = grpc.aio.server(
             options=[
@@ -336,10 +389,14 @@ class Service:
         )
         add_servicer(
             make_servicer(
-                self.api, authenticate=self.auth, calls=CallLimit(s.grpc_max_concurrent_calls)
+                self.api,
+                authenticate=self.auth,
+                calls=CallLimit(s.grpc_max_concurrent_calls),
+                access=self.access,
             ),
             server,
             authenticate=self.auth,
+            access=self.access,
         )
         self.health = HealthServicer()
         add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
@@ -443,6 +500,8 @@ class Service:
         )
 
     async def _set_health(self, status: int) -> None:
+        """The whole server ("") and the A2A service; the health service itself always
+        answers, so a checker tells "not ready" from "not there"."""
         assert self.health is not None
         for name in ("", SERVICE.full_name):
             await self.health.set(name, status)
@@ -453,6 +512,7 @@ class Service:
             return
         self._stopped.set()
         self.serving = False
+        await self.readiness.stop()
         if self.health is not None:
             await self.health.enter_graceful_shutdown()  # every service name: NOT_SERVING
         loop = asyncio.get_running_loop()
@@ -485,6 +545,8 @@ class Service:
         await asyncio.gather(*flushing)
         if self.http is not None:
             await self.http.stop()
+        if self.probes is not None:
+            await self.probes.stop()
         if self.invoker is not None:
             await self.invoker.close()
         if self.push is not None:

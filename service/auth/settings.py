@@ -58,32 +58,97 @@ MAX_LEEWAY_SECONDS = 600.0
 class SecuritySettings:
     """Who may call (bearer tokens, Basic users, API keys, JWTs) and TLS (README "Security"). Secrets come from the config file, the environment or a *_file; there are no flags for them."""
 
-    auth_bearer_tokens: list[str] = field(default_factory=list, repr=False)  # NAME=TOKEN entries
-    auth_bearer_tokens_file: str = ""  # one NAME=TOKEN per line
-    auth_basic_users: list[str] = field(default_factory=list, repr=False)  # USER:PASSWORD entries
-    auth_basic_users_file: str = ""  # one USER:PASSWORD per line
-    auth_api_keys: list[str] = field(default_factory=list, repr=False)  # NAME=KEY entries
-    auth_api_keys_file: str = ""  # one NAME=KEY per line
-    auth_api_key_header: str = "X-API-Key"
-    auth_jwt_jwks_url: str = ""  # JWKS URL (https, or http on loopback)
-    auth_jwt_jwks_file: str = ""  # or a local JWKS file
-    auth_jwt_oidc_url: str = (
-        ""  # OpenID Connect discovery URL: advertised; its jwks_uri is the default JWKS
+    auth_bearer_tokens: list[str] = field(
+        default_factory=list,
+        repr=False,
+        metadata={
+            "help": "static bearer tokens, `NAME=TOKEN` entries (comma list in "
+            "`A2A_AUTH_BEARER_TOKENS`); principal `bearer:NAME`. Secret: file or environment "
+            "only"
+        },
     )
-    auth_jwt_issuer: str = ""
-    auth_jwt_audience: list[str] = field(default_factory=list)
+    auth_bearer_tokens_file: str = field(
+        default="", metadata={"help": "file with one `NAME=TOKEN` per line (`#` comments)"}
+    )
+    auth_basic_users: list[str] = field(
+        default_factory=list,
+        repr=False,
+        metadata={
+            "help": "HTTP Basic users, `USER:PASSWORD` entries; principal `basic:USER`. Secret: file "
+            "or environment only"
+        },
+    )
+    auth_basic_users_file: str = field(
+        default="", metadata={"help": "file with one `USER:PASSWORD` per line"}
+    )
+    auth_api_keys: list[str] = field(
+        default_factory=list,
+        repr=False,
+        metadata={
+            "help": "API keys, `NAME=KEY` entries; principal `apikey:NAME`. Secret: file or "
+            "environment only"
+        },
+    )
+    auth_api_keys_file: str = field(
+        default="", metadata={"help": "file with one `NAME=KEY` per line"}
+    )
+    auth_api_key_header: str = field(
+        default="X-API-Key",
+        metadata={"help": "header (gRPC: metadata key, lower case) that carries the API key"},
+    )
+    auth_jwt_jwks_url: str = field(
+        default="",
+        metadata={
+            "help": "JWKS URL for bearer JWTs (`https://`, or `http://` on loopback); principal "
+            "`jwt:ISS|SUB`"
+        },
+    )
+    auth_jwt_jwks_file: str = field(default="", metadata={"help": "a local JWKS file instead"})
+    auth_jwt_oidc_url: str = field(
+        default="",
+        metadata={
+            "help": "OpenID Connect discovery URL: the card advertises `openIdConnect`; its "
+            "`jwks_uri` is used when no JWKS is set"
+        },
+    )
+    auth_jwt_issuer: str = field(
+        default="", metadata={"help": "required with JWTs: the expected `iss`"}
+    )
+    auth_jwt_audience: list[str] = field(
+        default_factory=list, metadata={"help": "required with JWTs: the accepted `aud` values"}
+    )
     auth_jwt_algorithms: list[str] = field(
-        default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"]
+        default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"],
+        metadata={"help": "allowlist of token algorithms (asymmetric only)"},
     )
-    auth_jwt_leeway_seconds: float = 30.0
-    auth_jwt_jwks_cache_seconds: float = 300.0
-    tls_cert_file: str = ""  # PEM certificate chain: TLS on the gRPC and HTTP listeners
-    tls_key_file: str = ""  # its PEM private key (unencrypted)
-    tls_client_ca_file: str = (
-        ""  # PEM CA(s): client certificates signed by them are required (mTLS)
+    auth_jwt_leeway_seconds: float = field(
+        default=30.0, metadata={"help": "clock skew allowed on `exp`, `nbf`, `iat`"}
     )
-    tls_hsts_max_age_seconds: int = (
-        31_536_000  # with TLS: Strict-Transport-Security max-age on HTTP (0 = none)
+    auth_jwt_jwks_cache_seconds: float = field(
+        default=300.0,
+        metadata={
+            "help": "how long fetched keys are reused; an unknown `kid` refetches (at most every 10 "
+            "s)"
+        },
+    )
+    tls_cert_file: str = field(
+        default="",
+        metadata={"help": "PEM certificate chain: TLS on gRPC and HTTP (card URLs become `https`)"},
+    )
+    tls_key_file: str = field(default="", metadata={"help": "its PEM private key (unencrypted)"})
+    tls_client_ca_file: str = field(
+        default="",
+        metadata={
+            "help": "PEM CA(s): both listeners require a client certificate signed by them (mTLS)"
+        },
+    )
+    tls_hsts_max_age_seconds: int = field(
+        default=31_536_000,
+        metadata={
+            "help": "with TLS: every HTTP gateway response carries `Strict-Transport-Security: "
+            "max-age=` this; `0` = no header",
+            "default": "`31536000` (1 year)",
+        },
     )
 
 
@@ -216,6 +281,24 @@ def authenticator_from(s: SecuritySettings) -> Authenticator | None:
         mtls=bool(s.tls_client_ca_file),
     )
     return auth if auth.enabled else None
+
+
+def configured_secrets(s: SecuritySettings) -> list[str]:
+    """The tokens, passwords and keys configured (inline and in files), for the log redactor."""
+    found: list[str] = []
+    for inline, file, key, sep in (
+        (s.auth_bearer_tokens, s.auth_bearer_tokens_file, "auth_bearer_tokens", "="),
+        (s.auth_basic_users, s.auth_basic_users_file, "auth_basic_users", ":"),
+        (s.auth_api_keys, s.auth_api_keys_file, "auth_api_keys", "="),
+    ):
+        try:
+            pairs = load_pairs(
+                inline, file, key=key, sep=sep, what="secret", min_chars=1, allow_spaces=True
+            )
+        except (CredentialError, ValueError):
+            continue  # reported by authenticator_from
+        found += [secret for _, secret in pairs]
+    return found
 
 
 def tls_from(s: SecuritySettings) -> TlsFiles | None:

@@ -480,13 +480,39 @@ class SigningSettings:
     """Agent card signing keys and where their public half is served (README "Agent card signing")."""
 
     card_signing_key_files: list[str] = field(
-        default_factory=list
-    )  # [KID=]PEM file; the first signs
-    card_signing_secret: str = field(default="", repr=False)  # HS256 secret (file or env only)
-    card_signing_secret_file: str = ""  # or a file holding it
-    card_signing_secret_kid: str = ""  # default "hs256"
-    card_signing_jku: str = ""  # jku header: "" = the served JWKS URL, "none", or a URL
-    card_jwks_path: str = "/.well-known/jwks.json"  # where the public keys are served ("" = not)
+        default_factory=list,
+        metadata={
+            "help": "PEM key files, each `PATH` or `KID=PATH`: the first (a private key) signs the "
+            "cards, all are published in the JWKS (rotation; older ones may be public keys). "
+            "Default kid: the RFC 7638 thumbprint"
+        },
+    )
+    card_signing_secret: str = field(
+        default="",
+        repr=False,
+        metadata={
+            "help": "HS256 secret (≥ 32 bytes) for card signatures. Secret: file or environment only"
+        },
+    )
+    card_signing_secret_file: str = field(
+        default="", metadata={"help": "a file holding that secret instead"}
+    )
+    card_signing_secret_kid: str = field(
+        default="", metadata={"help": "`kid` of the HS256 signature", "default": "`hs256`"}
+    )
+    card_signing_jku: str = field(
+        default="",
+        metadata={
+            "help": "`jku` in the signature header: empty = the gateway's base URL (`public_url`, or "
+            "`http(s)://host:port`) + `card_jwks_path` (with PEM keys), `none` = left out, or"
+            " a URL",
+            "default": "the served JWKS URL",
+        },
+    )
+    card_jwks_path: str = field(
+        default="/.well-known/jwks.json",
+        metadata={"help": "where the gateway serves the public signing keys (empty: not served)"},
+    )
 
 
 def secret_files(s: SigningSettings) -> list[str]:

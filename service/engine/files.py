@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import mimetypes
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gen import a2a_pb2 as pb
 from service.agent import NAMESPACE, FileArtifactLimitError, metadata_struct
@@ -39,10 +39,30 @@ DEFAULT_MEDIA_TYPE = "application/octet-stream"
 class FileSettings:
     """Stored file artifacts (README "Stored file artifacts")."""
 
-    file_artifact_dir: str = ""  # default: DATA_DIR/files (a memory store: a temporary one)
-    file_artifact_max_bytes: int = 100 * MiB  # one file
-    file_artifacts_max_bytes_per_turn: int = 1024 * MiB  # all files of one turn
-    file_artifact_local_urls: bool = False  # also a file:// URL, for clients on this host
+    file_artifact_dir: str = field(
+        default="",
+        metadata={
+            "help": 'where stored file artifacts\' bytes are kept (with the `memory:` store: a temporary directory removed at shutdown). Several servers on one task store must share it. See "Stored file artifacts"',
+            "default": "`DATA_DIR/files`",
+        },
+    )
+    file_artifact_max_bytes: int = field(
+        default=100 * MiB,
+        metadata={"help": "largest stored file artifact", "default": "`104857600` (100 MiB)"},
+    )
+    file_artifacts_max_bytes_per_turn: int = field(
+        default=1024 * MiB,
+        metadata={
+            "help": "all file artifacts one turn may store together",
+            "default": "`1073741824` (1 GiB)",
+        },
+    )
+    file_artifact_local_urls: bool = field(
+        default=False,
+        metadata={
+            "help": "also give each stored file a `file://` URL of its bytes (part metadata `a2a_service.fileUrl`), for clients on the same host; it reveals a local path"
+        },
+    )
 
 
 def validate_files(s: FileSettings) -> None:

@@ -322,16 +322,58 @@ class InputPolicy:
 class InputSettings:
     """Limits of what a message may carry, and where file:// parts and working directories may point (README "Input validation")."""
 
-    max_request_bytes: int = (
-        16 * 1024 * 1024
-    )  # whole request: gRPC max receive size, HTTP body limit
-    input_max_parts: int = 100
-    input_max_text_bytes: int = 1024 * 1024  # inline text-like parts; text-like file:// files
-    input_max_binary_bytes: int = 5 * 1024 * 1024  # inline raw/data parts of other media types
-    input_max_file_bytes: int = 25 * 1024 * 1024  # file:// files of other media types
-    input_text_media_types: list[str] = field(default_factory=list)  # more types to treat as text
-    input_allow_remote_urls: bool = False  # accept http(s) URL parts (never fetched by the service)
-    workspace_roots: list[str] = field(default_factory=list)  # default: working dir and temp dir
+    max_request_bytes: int = field(
+        default=16 * 1024 * 1024,
+        metadata={
+            "help": "largest request: gRPC max receive message size and HTTP body limit "
+            "(`RESOURCE_EXHAUSTED` / `413`)",
+            "default": "`16777216` (16 MiB)",
+        },
+    )
+    input_max_parts: int = field(default=100, metadata={"help": "parts per message"})
+    input_max_text_bytes: int = field(
+        default=1024 * 1024,
+        metadata={
+            "help": "inline `text` parts, `raw`/`data` parts of text-like media types, and text-like "
+            "`file://` files",
+            "default": "`1048576` (1 MiB)",
+        },
+    )
+    input_max_binary_bytes: int = field(
+        default=5 * 1024 * 1024,
+        metadata={
+            "help": "inline `raw`/`data` parts of other media types (images, audio, …)",
+            "default": "`5242880` (5 MiB)",
+        },
+    )
+    input_max_file_bytes: int = field(
+        default=25 * 1024 * 1024,
+        metadata={"help": "`file://` files of other media types", "default": "`26214400` (25 MiB)"},
+    )
+    input_text_media_types: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "media types to treat as text besides `text/*`, JSON, YAML, XML, TOML and the "
+            "like"
+        },
+    )
+    input_allow_remote_urls: bool = field(
+        default=False,
+        metadata={
+            "help": "accept `http(s)://` URL parts (the service never fetches them; the agent may)"
+        },
+    )
+    workspace_roots: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "the directories `file://` parts and message working directories may point into "
+            "(comma list in `A2A_WORKSPACE_ROOTS`). Without any, both are refused: the "
+            "service is network-facing. Before, the default was the working directory and the"
+            " whole system temp directory; to get that back, list them "
+            "(`A2A_WORKSPACE_ROOTS=$PWD,/tmp`), better only the directories agents need",
+            "default": "none",
+        },
+    )
 
 
 def policy_from_settings(

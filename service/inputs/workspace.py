@@ -22,6 +22,7 @@ logged for the operator (logger `service.workspace`, INFO). Only syntax
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import stat
@@ -53,13 +54,17 @@ log = logging.getLogger("service.workspace")
 
 def refusal(field: str, message: str, reason: str, path: str) -> A2AError:
     """The caller's error (`message`, the same for every reason) after logging the real
-    reason for the operator; the client's path is shown escaped and shortened."""
-    log.info("refused %s: %s (path %s)", field, reason, _shown(path))
+    reason for the operator. The path itself stays out of the log (a client's paths say
+    what is on its disk, and logs travel further than answers): a fingerprint stands in,
+    which the operator can compare with `fingerprint(path)` of a path the caller names."""
+    log.info("refused %s: %s (path %s)", field, reason, fingerprint(path))
     return invalid_field(field, message)
 
 
-def _shown(path: str) -> str:
-    return repr(path[:200] + ("..." if len(path) > 200 else ""))
+def fingerprint(path: str) -> str:
+    """A short stand-in for a path in the log: `sha256:` + 12 hex digits, and its length."""
+    digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"sha256:{digest}, {len(path)} chars"
 
 
 def message_cwd(message: pb.Message) -> str | None:

@@ -23,7 +23,7 @@ then fail on both ports and the store and push queue fail with EMFILE. So:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 log = logging.getLogger("service.netlimits")
@@ -54,30 +54,77 @@ def raise_nofile_limit() -> tuple[int, int]:
 class NetSettings:
     """Connection limits of both listeners (README "Connection limits")."""
 
-    grpc_max_concurrent_calls: int = 1000  # gRPC calls in flight at once (streams included); more: RESOURCE_EXHAUSTED; 0 = no limit
-    max_connections: int = (
-        1000  # open connections per listener; lowered to fit RLIMIT_NOFILE - fd_reserve
+    grpc_max_concurrent_calls: int = field(
+        default=1000,
+        metadata={
+            "help": "gRPC calls in flight at once, streams included; past it a call is refused at "
+            "once with `RESOURCE_EXHAUSTED` (reason `RESOURCE_EXHAUSTED`, "
+            "`google.rpc.RetryInfo` of 1 s); `0` = no limit"
+        },
     )
-    fd_reserve: int = (
-        128  # descriptors kept free of connections (store, push queue, logs, grpc internals)
+    max_connections: int = field(
+        default=1000,
+        metadata={
+            "help": 'open connections per listener (gRPC and HTTP each); lowered at startup, with a warning, to (RLIMIT_NOFILE − `fd_reserve`) ÷ listeners. See "Connection limits"'
+        },
     )
-    http_header_timeout_seconds: float = (
-        10.0  # a request's headers (and a TLS handshake) must arrive within this
+    fd_reserve: int = field(
+        default=128,
+        metadata={
+            "help": "file descriptors kept free of connections for the store, push queue, outgoing "
+            "push requests, logs and grpc itself (at least 32; keep it above "
+            "`push_concurrency` + 64)"
+        },
     )
-    http_body_timeout_seconds: float = (
-        60.0  # a request body must be complete this long after its headers
+    http_header_timeout_seconds: float = field(
+        default=10.0,
+        metadata={
+            "help": "a new HTTP connection's TLS handshake and first request headers must arrive "
+            "within this of accept; a later request's headers within this of its first byte; "
+            "else the connection is closed"
+        },
     )
-    http_keepalive_timeout_seconds: float = 5.0  # idle keep-alive connections close after this
-    grpc_handshake_timeout_seconds: float = 10.0  # a new gRPC connection's TLS and HTTP/2 setup
-    grpc_keepalive_seconds: float = (
-        60.0  # ping a silent connection after this; drop it if unanswered
+    http_body_timeout_seconds: float = field(
+        default=60.0,
+        metadata={
+            "help": "a request body must be complete this long after its headers, else `408` and "
+            "close"
+        },
     )
-    grpc_keepalive_timeout_seconds: float = 20.0  # ... within this
-    grpc_max_connection_idle_seconds: float = (
-        300.0  # close connections without calls after this (0 = never)
+    http_keepalive_timeout_seconds: float = field(
+        default=5.0, metadata={"help": "an idle keep-alive HTTP connection is closed after this"}
     )
-    grpc_max_connection_age_seconds: float = 3600.0  # close connections this old (0 = never) ...
-    grpc_max_connection_age_grace_seconds: float = 600.0  # ... once their calls end, or after this
+    grpc_handshake_timeout_seconds: float = field(
+        default=10.0,
+        metadata={
+            "help": "a new gRPC connection must finish TLS and send its HTTP/2 settings within this, "
+            "else it is closed"
+        },
+    )
+    grpc_keepalive_seconds: float = field(
+        default=60.0,
+        metadata={"help": "the server pings a silent gRPC connection after this long (dead peers)"},
+    )
+    grpc_keepalive_timeout_seconds: float = field(
+        default=20.0, metadata={"help": "... and closes it when no answer comes within this"}
+    )
+    grpc_max_connection_idle_seconds: float = field(
+        default=300.0,
+        metadata={
+            "help": "a gRPC connection without calls is closed (GOAWAY; clients reconnect on their "
+            "next call); `0` = never"
+        },
+    )
+    grpc_max_connection_age_seconds: float = field(
+        default=3600.0,
+        metadata={"help": "a gRPC connection this old gets GOAWAY (±10 %); `0` = no age limit"},
+    )
+    grpc_max_connection_age_grace_seconds: float = field(
+        default=600.0,
+        metadata={
+            "help": "calls still running on a connection past its age have this long to finish"
+        },
+    )
 
 
 class _Listeners(Protocol):

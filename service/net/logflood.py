@@ -126,8 +126,10 @@ def _one_line(record: logging.LogRecord, exc: BaseException) -> None:
 
 
 # Loggers a client can make speak: asyncio (failed accepts, transport errors), uvicorn
-# (malformed requests, disconnects), the gateway's connection guard.
-FLOODABLE = ("asyncio", "uvicorn.error", "gateway.connections")
+# (malformed requests, disconnects), the gateway's connection guard, and the access lines
+# of refused credentials (service.net.access; a few per minute get through).
+FLOODABLE = ("asyncio", "uvicorn.error", "gateway.connections", "service.access.unauthenticated")
+BURST = {"service.access.unauthenticated": 10}  # records of a kind per window (default 1)
 _installed: dict[str, FloodFilter] = {}
 _install_lock = threading.Lock()
 
@@ -137,7 +139,7 @@ def install(window: float = 60.0) -> None:
     with _install_lock:
         for name in FLOODABLE:
             if name not in _installed:
-                flood = FloodFilter(window)
+                flood = FloodFilter(window, burst=BURST.get(name, 1))
                 logging.getLogger(name).addFilter(flood)
                 _installed[name] = flood
 

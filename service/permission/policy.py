@@ -19,8 +19,18 @@ RULE_ACTIONS = {"allow": ALLOW_ONCE, "deny": DENY, "ask": ""}
 class PermissionSettings:
     """How permission requests are decided (README "Human in the loop")."""
 
-    permission_mode: str = "ask"  # ask | auto_approve | rules
-    permission_rules: list[str] = field(default_factory=list)  # ACTION:PATTERN, first match wins
+    permission_mode: str = field(
+        default="ask",
+        metadata={
+            "help": "who decides `ctx.request_permission`: `ask` (the caller answers an `INPUT_REQUIRED` envelope), `auto_approve` (always allow), `rules` (by `permission_rules`); every decision is audited in the task"
+        },
+    )
+    permission_rules: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": 'with `permission_mode = "rules"`: `ACTION:PATTERN` entries (`allow`, `deny`, `ask`; a shell-style glob on the tool name, case-sensitive), first match wins, no match = deny (comma list in `A2A_PERMISSION_RULES`)'
+        },
+    )
 
 
 @dataclass(frozen=True)

@@ -19,30 +19,100 @@ KEY_HINT = (
 class PushSettings:
     """Push notifications: delivery queue, SSRF exceptions, sealing keys, retries (README "Push notifications")."""
 
-    push_notifications: bool = False
-    push_queue: str = "local-file"  # or redis-streams
+    push_notifications: bool = field(
+        default=False,
+        metadata={"help": "enables push notification configs (`capabilities.pushNotifications`)"},
+    )
+    push_queue: str = field(
+        default="local-file",
+        metadata={
+            "help": 'where delivery jobs wait: `local-file` (DATA_DIR/push-queue) or `redis-streams` (see "Push notifications")'
+        },
+    )
     push_allow_hosts: list[str] = field(
-        default_factory=list
-    )  # callback hosts allowed despite SSRF rules
-    push_allow_networks: list[str] = field(default_factory=list)  # CIDRs allowed despite SSRF rules
+        default_factory=list,
+        metadata={
+            "help": "callback host names allowed although the SSRF rules would refuse them (exact "
+            "names; comma list in the environment)"
+        },
+    )
+    push_allow_networks: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "callback networks allowed although private/local, as CIDRs (`10.2.0.0/16`, "
+            "`127.0.0.1/32`)"
+        },
+    )
     push_secret_keys: list[str] = field(
-        default_factory=list
-    )  # Fernet keys; first seals; default: key file
-    push_timeout_seconds: float = 10.0
-    push_concurrency: int = 32
-    push_host_concurrency: int = 8
-    push_max_attempts: int = 10
-    push_max_age_seconds: float = 86400.0
-    push_retry_base_seconds: float = 1.0
-    push_retry_max_seconds: float = 300.0
-    push_lease_seconds: float = 300.0
-    push_redis_url: str = "redis://127.0.0.1:6379/0"
-    push_redis_prefix: str = "a2a:push"
-    push_redis_stream: str = ""  # default PREFIX:stream
-    push_redis_retry_key: str = ""  # default PREFIX:retry
-    push_redis_dead_stream: str = ""  # default PREFIX:dead
-    push_redis_group: str = "a2a-push"
-    push_redis_consumer: str = ""  # default: the host name
+        default_factory=list,
+        metadata={
+            "help": "Fernet keys sealing push tokens and credentials at rest; the first seals, all "
+            "open (rotation). Default: DATA_DIR/push-secret.key, created with mode 0600",
+            "default": "generated key file",
+        },
+    )
+    push_timeout_seconds: float = field(
+        default=10.0, metadata={"help": "per-request timeout of a callback POST"}
+    )
+    push_concurrency: int = field(default=32, metadata={"help": "callback POSTs in flight at once"})
+    push_host_concurrency: int = field(
+        default=8, metadata={"help": "callback POSTs in flight per callback host"}
+    )
+    push_max_attempts: int = field(
+        default=10,
+        metadata={"help": "attempts before a notification goes to the dead-letter store"},
+    )
+    push_max_age_seconds: float = field(
+        default=86400.0,
+        metadata={"help": "how long a notification may be retried before it is dead"},
+    )
+    push_retry_base_seconds: float = field(
+        default=1.0,
+        metadata={
+            "help": "exponential backoff of callback retries: the first delay (half jittered); "
+            "`Retry-After` is honoured"
+        },
+    )
+    push_retry_max_seconds: float = field(
+        default=300.0, metadata={"help": "exponential backoff: the longest delay"}
+    )
+    push_lease_seconds: float = field(
+        default=300.0,
+        metadata={
+            "help": "a job leased by a worker that stopped answering is handed out again after this "
+            "(must exceed `push_timeout_seconds`)"
+        },
+    )
+    push_redis_url: str = field(
+        default="redis://127.0.0.1:6379/0", metadata={"help": "Redis for `redis-streams`"}
+    )
+    push_redis_prefix: str = field(
+        default="a2a:push", metadata={"help": "prefix of every Redis key of the queue"}
+    )
+    push_redis_stream: str = field(
+        default="",
+        metadata={"help": "the Redis stream of delivery jobs", "default": "`PREFIX:stream`"},
+    )
+    push_redis_retry_key: str = field(
+        default="",
+        metadata={
+            "help": "the Redis sorted set of jobs waiting for a retry",
+            "default": "`PREFIX:retry`",
+        },
+    )
+    push_redis_dead_stream: str = field(
+        default="", metadata={"help": "the Redis dead-letter stream", "default": "`PREFIX:dead`"}
+    )
+    push_redis_group: str = field(
+        default="a2a-push", metadata={"help": "consumer group shared by the replicas"}
+    )
+    push_redis_consumer: str = field(
+        default="",
+        metadata={
+            "help": "this replica's consumer name (stable across restarts, distinct per replica)",
+            "default": "the host name",
+        },
+    )
 
 
 def validate_push(s: PushSettings) -> None:

@@ -1,29 +1,39 @@
 """The README's shell examples run as written, from a copy of the repository root's view.
 
-Each ```sh block runs in bash (-e, -u, pipefail) in a directory of its own that holds a
-link to this checkout's `.venv`, so `.venv/bin/python` and `.venv/bin/grpcurl` resolve as
-they do for a reader at the repository root. The only changes made to a block: the
-documented ports (50051, 8080) become free ones, and after a line that starts a server in
-the background (`... serve &`) the test waits for its gRPC port, as a reader would wait for
-its first log line. Blocks that start no server talk to one this test starts. The first
-block (`make run` / `make test`) is what CI itself runs.
+Every fenced block of the README is accounted for. Each ```sh block runs in bash (-e, -u,
+pipefail) in a directory of its own that holds a link to this checkout's `.venv`, so
+`.venv/bin/python` and `.venv/bin/grpcurl` resolve as they do for a reader at the
+repository root — unless the line just above it says `<!-- readme-test: not run: REASON
+-->` (an external part, or what CI itself runs), which the test requires to give a reason.
+The only changes made to a block: the documented ports (50051, 8080, and 8081 for the
+probes) become free ones, and after a line that starts a server in the background (`...
+serve &`) the test waits for its gRPC port, as a reader would wait for its first log line.
+Blocks that start no server talk to one this test starts. Blocks of other languages are
+not shell: Python must compile, JSON must parse; no other language may appear.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import textwrap
 import time
+import tomllib
 
 import pytest
 
-from tests.process import ROOT, ServerProcess, free_port
+from tests.process import ROOT, ServerProcess, free_port, shows_traceback
 from tests.security_util import make_pki
 
 README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"^```sh\n(.*?)^```", README, flags=re.S | re.M)[1:]
+FENCES = re.findall(
+    r"(?:^<!-- readme-test: not run: (.*?) -->\n)?^```(\w*)\n(.*?)^```", README, flags=re.S | re.M
+)
+NOT_RUN = [(reason, body) for reason, lang, body in FENCES if lang == "sh" and reason]
+BLOCKS = [body for reason, lang, body in FENCES if lang == "sh" and not reason]
 
 
 def _wait_for(port: int) -> str:
@@ -33,9 +43,12 @@ def _wait_for(port: int) -> str:
     )
 
 
-def _prepare(block: str, grpc_port: int, http_port: int) -> str:
-    script = block.replace("localhost:50051", f"localhost:{grpc_port}").replace(
-        "localhost:8080", f"localhost:{http_port}"
+def _prepare(block: str, grpc_port: int, http_port: int, probe_port: int) -> str:
+    script = (
+        block.replace("localhost:50051", f"localhost:{grpc_port}")
+        .replace("localhost:8080", f"localhost:{http_port}")
+        .replace("localhost:8081", f"localhost:{probe_port}")
+        .replace("A2A_PROBE_PORT=8081", f"A2A_PROBE_PORT={probe_port}")
     )
     lines = []
     for line in script.splitlines():
@@ -83,8 +96,28 @@ def _end_group(pgid: int) -> None:
             time.sleep(0.05)
 
 
+def test_every_block_is_run_or_says_why_not():
+    languages = {lang for _, lang, _ in FENCES}
+    assert languages <= {"sh", "python", "json", "yaml", "toml"}, languages  # no unmarked shell
+    assert README.count("```") == 2 * len(FENCES)  # every fence was found
+    assert len(BLOCKS) >= 8
+    for reason, block in NOT_RUN:
+        assert len(reason.split()) >= 5, f"say why this block is not run:\n{block}"
+    for _, lang, body in FENCES:
+        if lang == "python":
+            try:
+                compile(body, "README.md", "exec")
+            except SyntaxError:  # an agent snippet: the body of `async def run(self, ctx)`
+                compile(
+                    "async def run(ctx):\n" + textwrap.indent(body, "    "), "README.md", "exec"
+                )
+        elif lang == "json":
+            json.loads(body)
+        elif lang == "toml":
+            tomllib.loads(body)  # a config file example parses
+
+
 def test_the_readme_has_runnable_examples():
-    assert len(BLOCKS) >= 6
     for block in BLOCKS:
         assert "python -m" not in block.replace(".venv/bin/python -m", ""), block
         assert not re.search(r"(^|[\s|])grpcurl ", block.replace(".venv/bin/grpcurl ", "")), block
@@ -100,7 +133,7 @@ def test_readme_block_runs(index, tmp_path):
         make_pki(work)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "A2A_DRAIN_GRACE_SECONDS": "0"}
     starts_server = re.search(r"\bserve\b.*&\s*$", block, flags=re.M) is not None
-    grpc_port, http_port = free_port(), free_port()
+    grpc_port, http_port, probe_port = free_port(), free_port(), free_port()
     server = None
     if starts_server:
         env |= {"A2A_GRPC_PORT": str(grpc_port), "A2A_HTTP_PORT": str(http_port)}
@@ -115,15 +148,19 @@ def test_readme_block_runs(index, tmp_path):
         ).start()
         grpc_port = server.grpc_port
     try:
-        result = _run(_prepare(block, grpc_port, http_port), work, env)
+        result = _run(_prepare(block, grpc_port, http_port, probe_port), work, env)
     finally:
         if server is not None:
             assert server.stop() == 0
     assert result.returncode == 0, (
         f"block failed:\n{block}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
-    assert "Traceback" not in result.stdout + result.stderr
+    assert not shows_traceback(result.stdout + result.stderr)
     if "card verify" in block:
         assert result.stdout.count("verified") >= 2, result.stdout
     if "SendMessage" in block or "message:send" in block:
         assert "TASK_STATE_COMPLETED" in result.stdout, result.stdout
+    if "/health/ready" in block:
+        assert '{"status":"ready"}' in result.stdout and '"SERVING"' in result.stdout
+    if "service.access" in block:
+        assert '"method": "ListTasks"' in result.stdout, result.stdout

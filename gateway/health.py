@@ -1,0 +1,49 @@
+"""The probes: `/health` and `/health/live` (the process answers; 503 once the drain
+starts) and `/health/ready` (also 503 while a part every call needs is unreachable, see
+service.net.readiness). Public, JSON, never cached; also served alone on `probe_port`
+(`probe_app`), plaintext, for probes that cannot present a client certificate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.body import json_response
+from service.net.readiness import Readiness
+
+DRAINING = {"Retry-After": "1", "Cache-Control": "no-store"}
+FRESH = {"Cache-Control": "no-store"}
+
+
+def health_routes(is_serving: Callable[[], bool], readiness: Readiness | None) -> list[Route]:
+    async def live(request: Request) -> Response:
+        if is_serving():
+            return json_response({"status": "healthy"}, headers=FRESH)
+        return json_response({"status": "draining"}, status=503, headers=DRAINING)
+
+    async def ready(request: Request) -> Response:
+        if not is_serving():
+            return json_response({"status": "draining"}, status=503, headers=DRAINING)
+        if readiness is not None and not readiness.ready:
+            return json_response(
+                {"status": "unavailable", "unreachable": sorted(readiness.failing)},
+                status=503,
+                headers=DRAINING,
+            )
+        return json_response({"status": "ready"}, headers=FRESH)
+
+    methods = ["GET", "HEAD"]
+    return [
+        Route("/health", live, methods=methods),
+        Route("/health/live", live, methods=methods),
+        Route("/health/ready", ready, methods=methods),
+    ]
+
+
+def probe_app(is_serving: Callable[[], bool], readiness: Readiness | None) -> Starlette:
+    """Only the probes (for `probe_port`)."""
+    return Starlette(routes=health_routes(is_serving, readiness))
