@@ -30,10 +30,10 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
 from service.auth.schemes import call_metadata
+from service.engine.limits import refuse
 from service.protocol.errors import (
     A2AError,
     InvalidRequestError,
-    OverloadedError,
     as_a2a_error,
     error_details,
 )
@@ -99,9 +99,10 @@ class CallLimit:
 
     def refusal(self) -> grpc.Status:
         return error_status(
-            OverloadedError(
+            refuse(
+                "grpc_max_concurrent_calls",
+                self.limit,
                 f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
-                metadata={"limit": str(self.limit)},
                 retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
             )
         )

@@ -16,6 +16,8 @@ Commands (the first word of the message):
   exts             artifact listing the extensions the caller requested
   linger           INPUT_REQUIRED, then keeps running 0.1 s before returning
   meta             artifact listing the call metadata keys the agent sees
+  sleep N          says it is working, then sleeps N seconds without a word, then completes
+  tick             a status update every 0.05 s until canceled (busy, never silent)
 """
 
 from __future__ import annotations
@@ -72,6 +74,15 @@ class ScriptedAgent:
             await asyncio.sleep(0.1)  # still winding down (cleanup) after the turn settled
         elif word == "meta":
             await ctx.artifact(" ".join(sorted(ctx.caller.metadata)), name="metadata")
+        elif word == "sleep":
+            await ctx.working("sleeping")
+            await asyncio.sleep(float(rest or 30))
+        elif word == "tick":
+            i = 0
+            while True:
+                await ctx.working(f"tick {i}")
+                i += 1
+                await asyncio.sleep(0.05)
         elif word == "reject":
             await ctx.reject("no thanks")
         elif word == "burst":  # many chunks, yielding to the loop between them

@@ -40,13 +40,16 @@ from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
 from service.api import A2AApi
 from service.app.config import ConfigError, Settings, secret_files
+from service.app.housekeeping import Housekeeping
 from service.app.ownership import LOCK_FILE, InUseError, Ownership
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.bus import InProcessBus
+from service.engine.limits import RateLimiter, Slots
 from service.engine.registry import Engine
+from service.engine.retention import PurgeHook, TaskRetention, parse_duration, sweep_interval
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
@@ -137,6 +140,10 @@ class Service:
     serving: bool = False  # what both health checks report
     gate: Gate = field(default_factory=Gate)  # closed: new calls are refused (draining)
     ownership: Ownership = field(default_factory=Ownership)
+    # Retention: awaited with the (scope, task id)s of every purged batch, to release what
+    # else is kept per task (e.g. stored files); the root or its caller adds to it.
+    purge_hooks: list[PurgeHook] = field(default_factory=list)
+    housekeeping: Housekeeping = field(default_factory=Housekeeping)
     _started: bool = False  # start() completed: there may be callers to drain
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -270,6 +277,14 @@ class Service:
             bus=InProcessBus(),  # one process: events fan out in memory
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,
+            turns=Slots(
+                s.max_concurrent_turns,
+                s.max_concurrent_turns_per_principal,
+                ("max_concurrent_turns", "max_concurrent_turns_per_principal"),
+                "turns",
+            ),
+            inactivity_timeout=s.turn_inactivity_timeout_seconds,
+            max_turn_seconds=s.max_turn_seconds,
         )
         lost = await self.engine.recover()
         if lost:
@@ -318,6 +333,15 @@ class Service:
                 denied=[s.data_dir, *secret_files(s)],
             ),
             gate=self.gate,
+            rate_limit=RateLimiter(s.rate_limit_per_principal, s.rate_limit_burst)
+            if s.rate_limit_per_principal
+            else None,
+            streams=Slots(
+                0,
+                s.max_streams_per_principal,
+                ("max_streams_per_principal", "max_streams_per_principal"),
+                "streams",
+            ),
         )
         add_servicer(
             make_servicer(
@@ -335,6 +359,7 @@ class Service:
             await server.start()
         self.grpc_server = server
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
+        self._start_housekeeping(agent)
         log.info(
             "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
             s.host,
@@ -343,6 +368,28 @@ class Service:
             s.agent,
             _security_note(self.auth, self.tls),
         )
+
+    def _start_housekeeping(self, agent: Agent) -> None:
+        """Retention (task_retention) and idle-context eviction (context_idle_timeout)."""
+        s = self.settings
+        assert self.store is not None and self.engine is not None and self.api is not None
+        keep = parse_duration(s.task_retention, "task_retention")
+        if keep:
+            retention = TaskRetention(self.store, keep, self.purge_hooks)
+            self.housekeeping.add("task retention", sweep_interval(keep), retention.sweep)
+        idle = parse_duration(s.context_idle_timeout, "context_idle_timeout")
+        if idle:
+            engine, inputs = self.engine, self.api.inputs
+            evict_workdirs = getattr(agent, "evict_idle_contexts", None)
+
+            async def evict() -> None:
+                if inputs is not None:
+                    inputs.workspaces.evict_idle(idle)
+                if evict_workdirs is not None:  # the command agent's context directories
+                    await evict_workdirs(idle, engine.active_contexts())
+
+            self.housekeeping.add("idle context eviction", sweep_interval(idle), evict)
+        self.housekeeping.start()
 
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),
@@ -409,6 +456,7 @@ class Service:
             return
         self._stopped.set()
         self.serving = False
+        await self.housekeeping.stop()
         if self.health is not None:
             await self.health.enter_graceful_shutdown()  # every service name: NOT_SERVING
         loop = asyncio.get_running_loop()

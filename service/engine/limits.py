@@ -54,10 +54,15 @@ def validate_limits(s: LimitSettings) -> None:
         raise ValueError("rate_limit_burst: set rate_limit_per_principal too (requests per second)")
 
 
-def refuse(limit: str, message: str, retry_after: float = RETRY_AFTER_SECONDS) -> OverloadedError:
+def refuse(
+    setting: str, limit: float, message: str, retry_after: float = RETRY_AFTER_SECONDS
+) -> OverloadedError:
     """The one refusal of every limit (count refusals here): RESOURCE_EXHAUSTED / 429 with
-    ErrorInfo metadata `limit` (the setting's name) and a RetryInfo / Retry-After hint."""
-    return OverloadedError(message, metadata={"limit": limit}, retry_after=retry_after)
+    ErrorInfo metadata `setting` (the limit's key) and `limit` (its value), and a
+    RetryInfo / Retry-After hint."""
+    return OverloadedError(
+        message, metadata={"setting": setting, "limit": f"{limit:g}"}, retry_after=retry_after
+    )
 
 
 class Slots:
@@ -83,6 +88,7 @@ class Slots:
         if self.total and self.active >= self.total:
             raise refuse(
                 self.names[0],
+                self.total,
                 f"The server is running its limit of {self.total} {self.what} at once; "
                 "retry shortly.",
             )
@@ -90,6 +96,7 @@ class Slots:
         if self.per_key and held >= self.per_key:
             raise refuse(
                 self.names[1],
+                self.per_key,
                 f"You have {held} {self.what} running, your limit; retry when one has ended.",
             )
         self.active += 1
@@ -133,6 +140,7 @@ class RateLimiter:
             wait = (1.0 - tokens) / self.rate
             raise refuse(
                 "rate_limit_per_principal",
+                self.rate,
                 f"Too many requests: the limit is {self.rate:g} per second "
                 f"(bursts of {self.burst:g}); retry after the hint.",
                 retry_after=wait,

@@ -493,6 +493,10 @@ class Engine:
             await run.finish()
         return run.task
 
+    def active_contexts(self) -> set[str]:
+        """Contexts with a task live in this process (their bookkeeping is in use)."""
+        return {run.context_id for run in self._runs.values()}
+
     # ---- shutdown ------------------------------------------------------------
 
     def busy(self) -> bool:
