@@ -12,6 +12,8 @@
    handler returning a fixed JSON body and the a2a-sdk 1.3.0 JSON-RPC server (http_bench.py).
 5. Push notifications delivered per second to a fast loopback receiver, local-file queue and
    redis-streams (push_bench.py).
+6. Burst: a second caller's latency (GET /tasks, /health, the card) while another principal
+   floods the gateway, with the per-principal limits off and on (burst_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -39,6 +41,7 @@ import grpc  # noqa: E402
 
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
+from tests.bench.burst_bench import bench_burst, burst_rows_bad, report_burst  # noqa: E402
 from tests.bench.common import (  # noqa: E402
     HOST,
     METADATA,
@@ -655,6 +658,8 @@ def report(results: dict, args) -> str:
             )
     if "push" in results:
         out.append(report_push(results["push"]))
+    if "burst" in results:
+        out.append(report_burst(results["burst"]))
     return "\n".join(out)
 
 
@@ -678,6 +683,7 @@ def numbers_ok(results: dict) -> list[str]:
         if not all(math.isfinite(r[k]) and r[k] > 0 for k in r if k != "query"):
             bad.append(f"list_tasks/{r['query']}")
     bad += push_rows_bad(results.get("push", []))
+    bad += burst_rows_bad(results.get("burst", []))
     return bad
 
 
@@ -693,8 +699,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push",
-        help="comma list of: send, stream, list, http, push",
+        default="send,stream,list,http,push,burst",
+        help="comma list of: send, stream, list, http, push, burst",
     )
     p.add_argument(
         "--duration",
@@ -745,6 +751,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="store.save calls gathered at once when filling",
     )
     p.add_argument(
+        "--burst-connections", type=int, default=500, help="flood connections (default 500)"
+    )
+    p.add_argument("--burst-seconds", type=float, help="flood length, s (default 15)")
+    p.add_argument("--burst-idle-seconds", type=float, help="idle probe window, s (default 3)")
+    p.add_argument(
+        "--burst-asyncio",
+        action="store_true",
+        help="flood with the asyncio load generator even when wrk is installed",
+    )
+    p.add_argument(
         "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
     )
     args = p.parse_args(argv)
@@ -758,6 +774,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         large_tasks=20_000 if quick else 100_000,
         small_tasks=1000,
         list_calls=50 if quick else 200,
+        burst_seconds=2.0 if quick else 15.0,
+        burst_idle_seconds=0.5 if quick else 3.0,
     )
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -766,7 +784,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push"}
+    parts = {"send", "stream", "list", "http", "push", "burst"}
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -795,6 +813,7 @@ async def amain(args) -> dict:
             ("list", "list_tasks", "ListTasks", bench_list),
             ("http", "http", "SendMessage over HTTP", bench_http),
             ("push", "push", "Push delivery", bench_push),
+            ("burst", "burst", "Burst (limits off and on)", bench_burst),
         )
         try:
             for name, key, title, bench in sections:

@@ -37,6 +37,12 @@ def test_bench_quick_produces_every_row(tmp_path):
         "5",
         "--list-warmup",
         "1",
+        "--burst-connections",
+        "20",
+        "--burst-seconds",
+        "1",
+        "--burst-idle-seconds",
+        "0.3",
         "--json",
         str(out),
     ]
@@ -77,5 +83,14 @@ def test_bench_quick_produces_every_row(tmp_path):
         ):
             assert number(row[field]), (row["query"], field, row[field])
 
-    for heading in ("SendMessage", "Streaming", "ListTasks"):
+    burst = {r["key"]: r for r in doc["burst"]}
+    assert set(burst) == {"burst_limits_off", "burst_limits_on", "burst_limits_on_polite"}
+    for key, row in burst.items():
+        assert number(row["flood_requests"]) and number(row["ratio_p99"]), key
+        for phase in ("idle", "flood"):
+            for probe in ("tasks", "health", "card"):
+                assert number(row[phase][probe]["p99_ms"]), (key, phase, probe)
+    assert burst["burst_limits_off"]["flood_refused_pct"] == 0
+
+    for heading in ("SendMessage", "Streaming", "ListTasks", "Burst"):
         assert heading in proc.stdout
