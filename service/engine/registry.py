@@ -295,7 +295,6 @@ class Engine:
         except asyncio.CancelledError:
             if run.stop_reason is not None:
                 run.force_state(pb.TASK_STATE_FAILED, run.stop_reason)
-                run.stop_reason = None
             elif run.cancel_requested:
                 run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
             else:
@@ -307,6 +306,7 @@ class Engine:
             if not run.settled:
                 run.status(pb.TASK_STATE_COMPLETED, None, None)
         finally:
+            run.stop_reason = None  # a stall stops this turn only
             self._free_slot(run)
             if run.watch_handle is not None:
                 run.watch_handle.cancel()
