@@ -156,7 +156,11 @@ class A2AApi:
     async def _start(
         self, request: pb.SendMessageRequest, call: CallContext, stream: bool
     ) -> tuple[Turn, int | None]:
-        scope = self._admit(call, request)
+        return await self._start_admitted(self._admit(call, request), request, call, stream)
+
+    async def _start_admitted(
+        self, scope: Scope, request: pb.SendMessageRequest, call: CallContext, stream: bool
+    ) -> tuple[Turn, int | None]:
         message = request.message
         check_message(message)
         admitted = await self.inputs.check(scope, message) if self.inputs is not None else None
@@ -235,9 +239,10 @@ class A2AApi:
     async def SendStreamingMessage(
         self, request: pb.SendMessageRequest, call: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
+        scope = self._admit(call, request)  # a draining server or a bad request comes first
         release = self._hold_stream(call)
         try:
-            turn, _ = await self._start(request, call, stream=True)
+            turn, _ = await self._start_admitted(scope, request, call, stream=True)
         except BaseException:
             release()
             raise
