@@ -78,6 +78,17 @@ def status_details(
     return info, violations
 
 
+def retry_delay(err: grpc.aio.AioRpcError) -> float | None:
+    """The google.rpc.RetryInfo delay of a status, in seconds (None when it has none)."""
+    status = rpc_status.from_call(err)
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            return retry.retry_delay.ToNanoseconds() / 1e9
+    return None
+
+
 async def call_context(
     context: grpc.aio.ServicerContext, authenticate: Authenticator | None
 ) -> CallContext:

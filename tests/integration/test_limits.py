@@ -245,3 +245,24 @@ async def test_open_streams_per_principal_are_limited_and_come_back(limited):
 
     await eventually(subscribes, 15, "a stream slot given back")
     await stub.CancelTask(pb.CancelTaskRequest(id=task_id), metadata=creds("alice"))
+
+
+async def test_a_proxy_passes_the_upstreams_refusal_on_with_its_retry_hint(start_service):
+    upstream = await start_service(
+        store="memory:",
+        agent=SCRIPTED,
+        rate_limit_per_principal=0.01,
+        rate_limit_burst=1,
+        **bearer_settings(),
+    )
+    proxy = await start_service(
+        http_port=0, upstream=f"127.0.0.1:{upstream.grpc_port}", **bearer_settings()
+    )
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{proxy.http_port}", timeout=20
+    ) as http:
+        assert (await http.get("/tasks", headers=headers("alice"))).status_code == 200
+        refused = await http.get("/tasks", headers=headers("alice"))
+        assert_429(refused, "rate_limit_per_principal")
+        assert int(refused.headers["Retry-After"]) > 10  # the upstream's hint, not a default
+        assert (await http.get("/tasks", headers=headers("bob"))).status_code == 200
