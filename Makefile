@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 
-.PHONY: setup run check test test-unit test-integration test-interop lint gen config-reference bench clean tools help
+.PHONY: setup run check test test-unit test-integration test-interop lint gen config-reference bench bench-tools clean tools help
 
 # `make` alone is `make setup` (the first target); `make help` lists the targets.
 setup: $(STAMP)  ## create .venv and install the package with its dev dependencies
@@ -63,6 +63,11 @@ config-reference: setup  ## regenerate the README's configuration tables from th
 
 bench: setup  ## run the benchmarks (tests/bench/run.py)
 	$(PY) tests/bench/run.py
+
+# The burst bench floods with wrk when it is installed (else with its own asyncio flood).
+bench-tools:  ## install wrk, the burst bench's load generator (Debian/Ubuntu: apt-get, as root)
+	@command -v wrk >/dev/null 2>&1 || apt-get install -y wrk
+	@wrk --version 2>&1 | head -n 1
 
 clean:  ## remove .venv, .tools, build/ and egg-info
 	rm -rf $(VENV) .tools build *.egg-info

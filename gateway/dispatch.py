@@ -7,7 +7,7 @@ ForwardResponseStream, HTTPError), written once and parameterised by a small
 - a result document is the body, in the codec's media type;
 - an error document gets the codec's status (REST: the error's HTTP status;
   JSON-RPC: 200, as JSON-RPC over HTTP does, except the transport-level
-  refusals 401, 405, 413, 415 and 503 while draining, which keep theirs) and
+  refusals 401, 405, 413, 415, 429 past a limit and 503 while draining, which keep theirs) and
   the headers the error asks for (`Allow`, `Retry-After`);
 - a stream is Server-Sent Events: one event per document, whose `id:` is the
   task event's sequence number, so a client can resume SubscribeToTask with
@@ -39,7 +39,7 @@ from gateway.transcode import dumps, dumps_str, to_json_dict
 from service.protocol.errors import A2AError
 
 # JSON-RPC errors travel with HTTP 200, except these transport-level refusals.
-JSONRPC_KEPT_STATUSES = frozenset({401, 405, 413, 415, 503})
+JSONRPC_KEPT_STATUSES = frozenset({401, 405, 413, 415, 429, 503})
 
 
 @dataclass(frozen=True, slots=True)

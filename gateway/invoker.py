@@ -29,7 +29,7 @@ from google.protobuf.message import Message
 
 from service.api import CallContext
 from service.engine.stream import NumberedEvents
-from service.grpc_binding import status_details
+from service.grpc_binding import retry_delay, status_details
 from service.protocol.admission import Gate
 from service.protocol.errors import (
     BY_REASON,
@@ -130,7 +130,12 @@ def error_from_grpc(exc: grpc.aio.AioRpcError) -> A2AError:
     info, violations = status_details(exc)
     cls = BY_REASON.get(info.reason) if info is not None else None
     if info is not None and cls is not None:
-        return cls(exc.details() or None, metadata=dict(info.metadata), field_violations=violations)
+        return cls(
+            exc.details() or None,
+            metadata=dict(info.metadata),
+            field_violations=violations,
+            retry_after=retry_delay(exc),  # a refusal's Retry-After survives the proxy
+        )
     fallback = _BY_CODE.get(exc.code())
     if fallback is not None:
         message = exc.details() if fallback is not UpstreamUnavailableError else None

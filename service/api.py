@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from google.protobuf import empty_pb2
@@ -21,7 +21,9 @@ from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.cards.card import Cards
 from service.engine.files import StoredFile
+from service.engine.limits import RateLimiter, Slots
 from service.engine.registry import Engine, Turn
+from service.engine.stream import HeldStream
 from service.inputs.policy import InputPolicy
 from service.protocol.admission import Gate
 from service.protocol.errors import (
@@ -97,6 +99,8 @@ class A2AApi:
         push: PushConfigs | None = None,
         inputs: InputPolicy | None = None,
         gate: Gate | None = None,
+        rate_limit: RateLimiter | None = None,
+        streams: Slots | None = None,
     ) -> None:
         self.engine = engine
         self.cards = cards
@@ -105,12 +109,16 @@ class A2AApi:
         self.push = push  # None: push configs are not offered
         self.inputs = inputs  # None: no limits, media type or workspace checks (service.inputs)
         self.gate = gate or Gate()  # closed by a drain: new calls are refused
+        self.rate_limit = rate_limit  # None: no request rate limit per principal
+        self.streams = streams if streams is not None and streams.enabled else None
 
     # ---- shared checks -----------------------------------------------------
 
     def _admit(self, call: CallContext, request: ProtoMessage) -> Scope:
         if self.gate.closed:
             self.gate.check()
+        if self.rate_limit is not None:
+            self.rate_limit.check(call.principal)
         version = call.version
         if version != "1.0" and not is_supported_version(version):
             raise VersionNotSupportedError(
@@ -150,7 +158,11 @@ class A2AApi:
     async def _start(
         self, request: pb.SendMessageRequest, call: CallContext, stream: bool
     ) -> tuple[Turn, int | None]:
-        scope = self._admit(call, request)
+        return await self._start_admitted(self._admit(call, request), request, call, stream)
+
+    async def _start_admitted(
+        self, scope: Scope, request: pb.SendMessageRequest, call: CallContext, stream: bool
+    ) -> tuple[Turn, int | None]:
         message = request.message
         check_message(message)
         admitted = await self.inputs.check(scope, message) if self.inputs is not None else None
@@ -229,9 +241,32 @@ class A2AApi:
     async def SendStreamingMessage(
         self, request: pb.SendMessageRequest, call: CallContext
     ) -> AsyncIterator[pb.StreamResponse]:
-        turn, _ = await self._start(request, call, stream=True)
+        scope = self._admit(call, request)  # a draining server or a bad request comes first
+        release = self._hold_stream(call)
+        try:
+            turn, _ = await self._start_admitted(scope, request, call, stream=True)
+        except BaseException:
+            release()
+            raise
         assert turn.events is not None
-        return turn.events
+        return self._held(turn.events, release)
+
+    def _hold_stream(self, call: CallContext) -> Callable[[], None]:
+        """Take a stream slot of the caller (max_streams_per_principal); how to give it back."""
+        streams = self.streams
+        if streams is None:
+            return _nothing
+        principal = call.principal
+        streams.take(principal)
+        return lambda: streams.give(principal)
+
+    @staticmethod
+    def _held(
+        events: AsyncIterator[pb.StreamResponse], release: Callable[[], None]
+    ) -> AsyncIterator[pb.StreamResponse]:
+        if release is _nothing:
+            return events
+        return HeldStream(events, release)  # type: ignore[arg-type]
 
     # ---- tasks ---------------------------------------------------------------
 
@@ -261,7 +296,13 @@ class A2AApi:
     ) -> AsyncIterator[pb.StreamResponse]:
         scope = self._admit(call, request)
         check_id(request.id, "id", required=True)
-        return await self.engine.subscribe(scope, request.id, call.resume_after)
+        release = self._hold_stream(call)
+        try:
+            events = await self.engine.subscribe(scope, request.id, call.resume_after)
+        except BaseException:
+            release()
+            raise
+        return self._held(events, release)
 
     # ---- push notification configs ----------------------------------------------
 
@@ -384,6 +425,10 @@ class A2AApi:
     ) -> pb.AgentCard:
         self._admit(call, request)
         return self.cards.extended_card()
+
+
+def _nothing() -> None:
+    """No slot was taken (the limit is off)."""
 
 
 def _check_header_value(value: str, field: str) -> None:

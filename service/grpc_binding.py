@@ -31,11 +31,11 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
 from service.auth.schemes import call_metadata
+from service.engine.limits import refuse
 from service.net.access import CANCELLED, AccessLog, Call
 from service.protocol.errors import (
     A2AError,
     InvalidRequestError,
-    OverloadedError,
     as_a2a_error,
     error_details,
 )
@@ -80,6 +80,17 @@ def status_details(
     return info, violations
 
 
+def retry_delay(err: grpc.aio.AioRpcError) -> float | None:
+    """The google.rpc.RetryInfo delay of a status, in seconds (None when it has none)."""
+    status = rpc_status.from_call(err)
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            return retry.retry_delay.ToNanoseconds() / 1e9
+    return None
+
+
 async def call_context(
     context: grpc.aio.ServicerContext, authenticate: Authenticator | None
 ) -> CallContext:
@@ -100,9 +111,10 @@ class CallLimit:
         self.active = 0
 
     def refusal(self) -> A2AError:
-        return OverloadedError(
+        return refuse(
+            "grpc_max_concurrent_calls",
+            self.limit,
             f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
-            metadata={"limit": str(self.limit)},
             retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
         )
 

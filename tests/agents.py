@@ -18,9 +18,12 @@ Commands (the first word of the message):
   linger           INPUT_REQUIRED, then keeps running 0.1 s before returning
   meta             artifact listing the call metadata keys the agent sees
   file NAME TEXT   a stored file artifact named NAME holding TEXT (ctx.file_artifact)
+  keepfile NAME T  like file, then ends the turn INPUT_REQUIRED (the task stays unfinished)
   bytes N          a stored file artifact data.bin of N bytes (a repeating pattern)
   tools            a tool call (started, input, finished) with secrets and paths in its input
                    and result, a failed one, then token usage (the a2a_service extension)
+  sleep N          says it is working, then sleeps N seconds without a word, then completes
+  tick             a status update every 0.05 s until canceled (busy, never silent)
 """
 
 from __future__ import annotations
@@ -96,6 +99,10 @@ class ScriptedAgent:
         elif word == "file":
             filename, _, content = rest.partition(" ")
             await ctx.file_artifact(content.encode(), filename=filename)
+        elif word == "keepfile":
+            filename, _, content = rest.partition(" ")
+            await ctx.file_artifact(content.encode(), filename=filename)
+            await ctx.require_input("anything else?")
         elif word == "bytes":
             size = int(rest)
             pattern = bytes(range(256))
@@ -114,6 +121,15 @@ class ScriptedAgent:
             await ctx.tool_finished(failed, failed=True, result="Bearer abcdefghijklmnopqrst")
             await ctx.usage(input_tokens=120, output_tokens=30)
             await ctx.artifact("done", name="answer")
+        elif word == "sleep":
+            await ctx.working("sleeping")
+            await asyncio.sleep(float(rest or 30))
+        elif word == "tick":
+            i = 0
+            while True:
+                await ctx.working(f"tick {i}")
+                i += 1
+                await asyncio.sleep(0.05)
         elif word == "reject":
             await ctx.reject("no thanks")
         elif word == "burst":  # many chunks, yielding to the loop between them

@@ -43,11 +43,12 @@ def make_settings(tmp_path: pathlib.Path, **overrides) -> Settings:
 
 @pytest.fixture
 async def start_service(tmp_path):
-    """Factory: `service = await start_service(agent=..., store=...)`; stopped at teardown."""
+    """Factory: `service = await start_service(agent=..., store=...)`; stopped at teardown.
+    `purge_hooks`: the retention hooks the service calls (Service.purge_hooks)."""
     started: list[Service] = []
 
-    async def start(**overrides) -> Service:
-        service = Service(make_settings(tmp_path, **overrides))
+    async def start(purge_hooks=(), **overrides) -> Service:
+        service = Service(make_settings(tmp_path, **overrides), purge_hooks=list(purge_hooks))
         await service.start()
         started.append(service)
         return service

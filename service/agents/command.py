@@ -34,6 +34,7 @@ import shlex
 import shutil
 import signal
 import stat
+import time
 from collections.abc import Sequence
 
 from google.protobuf import json_format
@@ -43,6 +44,8 @@ from service.agent import FileArtifactLimitError, TurnContext, cwd_of, text_of
 from service.permission.envelope import is_answer
 from service.protocol.ids import uuid7
 
+WORKDIR_PREFIX = "ctx-"
+EVICTED_PREFIX = ".evicted-"  # a workspace being deleted (idle eviction), out of workdir()'s way
 CHUNK_BYTES = 64 * 1024
 FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence
 STDERR_TAIL = 2000
@@ -93,9 +96,34 @@ class CommandAgent:
 
     def workdir(self, context_id: str) -> pathlib.Path:
         # Prefixed so that ids such as '..' can never name a directory outside the root.
-        path = self.workspace_root / f"ctx-{context_id}"
+        path = self.workspace_root / f"{WORKDIR_PREFIX}{context_id}"
         path.mkdir(parents=True, exist_ok=True)
+        os.utime(path)  # used now: idle eviction goes by this time
         return path
+
+    async def evict_idle_contexts(self, idle_seconds: float, active: set[str]) -> int:
+        """Remove the directories of contexts unused for `idle_seconds` (context_idle_timeout)
+        and not in `active` (contexts with a turn in this process). Old ones are found and
+        deleted on a thread; the move out of the way happens on the loop, where workdir()
+        runs, after a last look, so a turn never gets a directory that is being deleted."""
+        cutoff = time.time() - idle_seconds
+        root = self.workspace_root
+        candidates = await asyncio.to_thread(_idle_workdirs, root, cutoff)
+        doomed = []
+        for path in candidates:
+            if path.name[len(WORKDIR_PREFIX) :] in active:
+                continue
+            try:
+                if path.stat().st_mtime >= cutoff:
+                    continue  # used since the scan
+                target = root / f"{EVICTED_PREFIX}{path.name}"
+                path.rename(target)
+            except OSError:
+                continue
+            doomed.append(target)
+        if doomed:
+            await asyncio.to_thread(_remove_all, doomed)
+        return len(doomed)
 
     async def run(self, ctx: TurnContext) -> None:
         # Absolute: the program runs in its working directory, not in ours.
@@ -291,3 +319,31 @@ def summarise(text: str) -> str:
     size = len(text.encode())
     more = f", {len(lines)} lines" if len(lines) > 1 else ""
     return f"stdin: {first!r} ({size} bytes{more})"
+
+
+def _idle_workdirs(root: pathlib.Path, cutoff: float) -> list[pathlib.Path]:
+    """Context directories under `root` last used before `cutoff` (and leftovers of an
+    eviction that was interrupted)."""
+    found = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if entry.name.startswith(EVICTED_PREFIX):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            elif (
+                entry.name.startswith(WORKDIR_PREFIX)
+                and entry.is_dir(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_mtime < cutoff
+            ):
+                found.append(pathlib.Path(entry.path))
+        except OSError:
+            continue
+    return found
+
+
+def _remove_all(paths: list[pathlib.Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)

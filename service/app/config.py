@@ -21,6 +21,8 @@ from service.auth.settings import SecuritySettings
 from service.cards import signing
 from service.cards.signing import SigningSettings
 from service.engine.files import FileSettings, validate_files
+from service.engine.limits import LimitSettings, validate_limits
+from service.engine.retention import RetentionSettings, validate_retention
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
 from service.net.logs import LogSettings, validate_logs
@@ -47,6 +49,8 @@ class Settings(
     PermissionSettings,
     LogSettings,
     ProbeSettings,
+    LimitSettings,
+    RetentionSettings,
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
@@ -308,6 +312,8 @@ def validate(s: Settings) -> None:
         validate_permissions,
         validate_logs,
         validate_probes,
+        validate_limits,
+        validate_retention,
     ):
         try:
             check(s)

@@ -43,6 +43,7 @@ from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
 from service.api import A2AApi
 from service.app.config import ConfigError, Settings, secret_files, secrets
+from service.app.housekeeping import Housekeeping
 from service.app.ownership import LOCK_FILE, InUseError, Ownership
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
@@ -50,7 +51,9 @@ from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.bus import InProcessBus
 from service.engine.files import FileArtifacts
+from service.engine.limits import RateLimiter, Slots
 from service.engine.registry import Engine
+from service.engine.retention import PurgeHook, TaskRetention, parse_duration, sweep_interval
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
@@ -153,6 +156,10 @@ class Service:
     probe_port: int = 0
     gate: Gate = field(default_factory=Gate)  # closed: new calls are refused (draining)
     ownership: Ownership = field(default_factory=Ownership)
+    # Retention: awaited with the (scope, task id)s of every purged batch, to release what
+    # else is kept per task (e.g. stored files); the root or its caller adds to it.
+    purge_hooks: list[PurgeHook] = field(default_factory=list)
+    housekeeping: Housekeeping = field(default_factory=Housekeeping)
     _started: bool = False  # start() completed: there may be callers to drain
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -336,6 +343,14 @@ class Service:
             event_pace=s.store_commit_interval_ms / 1000,
             files=self.files,
             permissions=permission_policy(s),
+            turns=Slots(
+                s.max_concurrent_turns,
+                s.max_concurrent_turns_per_principal,
+                ("max_concurrent_turns", "max_concurrent_turns_per_principal"),
+                "turns",
+            ),
+            inactivity_timeout=s.turn_inactivity_timeout_seconds,
+            max_turn_seconds=s.max_turn_seconds,
         )
         lost = await self.engine.recover()
         if lost:
@@ -386,6 +401,15 @@ class Service:
                 denied=[s.data_dir, str(blobs.root), *secret_files(s)],
             ),
             gate=self.gate,
+            rate_limit=RateLimiter(s.rate_limit_per_principal, s.rate_limit_burst)
+            if s.rate_limit_per_principal
+            else None,
+            streams=Slots(
+                0,
+                s.max_streams_per_principal,
+                ("max_streams_per_principal", "max_streams_per_principal"),
+                "streams",
+            ),
         )
         add_servicer(
             make_servicer(
@@ -407,6 +431,7 @@ class Service:
             await server.start()
         self.grpc_server = server
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
+        self._start_housekeeping(agent)
         log.info(
             "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
             s.host,
@@ -445,6 +470,34 @@ class Service:
         if s.store_url.startswith("memory:"):
             return LocalBlobStore(tempfile.mkdtemp(prefix="a2a-files-"), ephemeral=True)
         return LocalBlobStore(pathlib.Path(s.data_dir) / "files")
+
+    def _start_housekeeping(self, agent: Agent) -> None:
+        """Retention (task_retention) and idle-context eviction (context_idle_timeout)."""
+        s = self.settings
+        assert self.store is not None and self.engine is not None and self.api is not None
+        engine = self.engine
+        keep = parse_duration(s.task_retention, "task_retention")
+        if keep:
+
+            async def release_files(purged: list[tuple[Scope, str]]) -> None:
+                for scope, task_id in purged:  # stored file artifacts go with their task
+                    await engine.release_files(scope, task_id)
+
+            retention = TaskRetention(self.store, keep, [release_files, *self.purge_hooks])
+            self.housekeeping.add("task retention", sweep_interval(keep), retention.sweep)
+        idle = parse_duration(s.context_idle_timeout, "context_idle_timeout")
+        if idle:
+            inputs = self.api.inputs
+            evict_workdirs = getattr(agent, "evict_idle_contexts", None)
+
+            async def evict() -> None:
+                if inputs is not None:
+                    inputs.workspaces.evict_idle(idle)
+                if evict_workdirs is not None:  # the command agent's context directories
+                    await evict_workdirs(idle, engine.active_contexts())
+
+            self.housekeeping.add("idle context eviction", sweep_interval(idle), evict)
+        self.housekeeping.start()
 
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),
@@ -513,6 +566,7 @@ class Service:
         self._stopped.set()
         self.serving = False
         await self.readiness.stop()
+        await self.housekeeping.stop()
         if self.health is not None:
             await self.health.enter_graceful_shutdown()  # every service name: NOT_SERVING
         loop = asyncio.get_running_loop()

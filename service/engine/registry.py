@@ -15,9 +15,11 @@ from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
 from service.engine.bus import EventBus, Subscription
 from service.engine.files import FileArtifacts, StoredFile
+from service.engine.limits import Slots
 from service.engine.permission import acknowledge, answer_for, not_recorded, record
 from service.engine.run import TaskRun
 from service.engine.stream import EventStream
+from service.engine.watchdog import TurnWatchdog
 from service.permission.policy import ASK, PermissionPolicy
 from service.protocol.errors import (
     InternalError,
@@ -66,6 +68,9 @@ class Engine:
         event_pace: float = 0.0,
         files: FileArtifacts | None = None,
         permissions: PermissionPolicy = ASK,
+        turns: Slots | None = None,
+        inactivity_timeout: float = 0.0,
+        max_turn_seconds: float = 0.0,
     ) -> None:
         self.store = store
         self.files = files  # stored file artifacts (None: ctx.file_artifact is refused)
@@ -75,6 +80,11 @@ class Engine:
         self.event_pace = event_pace  # see TaskRun: seconds of a running agent's events per commit
         self.permissions = permissions  # who decides ctx.request_permission (permission_mode)
         self._runs: dict[tuple[Scope, str], TaskRun] = {}
+        # Turns at work at once (all, per owner): a turn holds a slot from its start (or
+        # resumption) until its agent ends or pauses in ctx.ask().
+        self.turns = turns if turns is not None and turns.enabled else None
+        self.watchdog = TurnWatchdog(inactivity_timeout, max_turn_seconds, self._stalled)
+        self._stopping: set[asyncio.Task[None]] = set()  # stalled agents being stopped
 
     # ---- startup -----------------------------------------------------------
 
@@ -110,6 +120,7 @@ class Engine:
             on_commit=self.on_commit,
             pace=self.event_pace,
             files=self.files,
+            on_pause=self._free_slot if self.turns is not None else None,
         )
         self._runs[(scope, task_id)] = run
         return run
@@ -168,6 +179,26 @@ class Engine:
         its agent may run (its push config); if it fails, nothing runs and nothing is stored."""
         if message.task_id:
             return await self._follow_up(scope, message, caller, stream)
+        if self.turns is not None:
+            self.turns.take(scope.owner)  # refused before anything exists
+        try:
+            return await self._new_task(
+                scope, message, caller, return_immediately, stream, before_start
+            )
+        except BaseException:
+            if self.turns is not None:
+                self.turns.give(scope.owner)
+            raise
+
+    async def _new_task(
+        self,
+        scope: Scope,
+        message: pb.Message,
+        caller: Caller,
+        return_immediately: bool,
+        stream: bool,
+        before_start: Callable[[str], Awaitable[None]] | None,
+    ) -> Turn:
         context_id = message.context_id or uuid7()
         task_id = uuid7()
         if before_start is not None:
@@ -175,6 +206,7 @@ class Engine:
         message.context_id = context_id
         message.task_id = task_id
         run = self._new_run(scope, task_id, context_id, None, first_message=message)
+        run.holds_slot = self.turns is not None
         turn = Turn(run, run.start_turn())
         if stream:  # subscribe before anything can be emitted
             turn.events = EventStream(self._follow(run, self.bus.subscribe(run.key), None, 0, None))
@@ -229,6 +261,13 @@ class Engine:
         except BaseException:
             self._release(run)
             raise
+        if self.turns is not None:
+            try:
+                self.turns.take(scope.owner)
+            except BaseException:
+                self._release(run)
+                raise
+            run.holds_slot = True
         message.context_id = run.context_id
         turn = Turn(run, run.start_turn())
         previous = pb.Task()
@@ -248,6 +287,7 @@ class Engine:
                 return turn
         if paused:
             run.resume(message)  # the paused agent coroutine continues
+            self.watchdog.watch(run)
         else:
             ctx = TurnContext(
                 run,
@@ -264,12 +304,29 @@ class Engine:
 
     def _start_agent(self, run: TaskRun, ctx: TurnContext) -> None:
         run.start_agent(self._drive(run, ctx))
+        self.watchdog.watch(run)
+
+    def _free_slot(self, run: TaskRun) -> None:
+        """The turn's agent ended or paused in ctx.ask(): its concurrency slot is free."""
+        if run.holds_slot and self.turns is not None:
+            run.holds_slot = False
+            self.turns.give(run.scope.owner)
+
+    def _stalled(self, run: TaskRun, reason: str) -> None:
+        """The watchdog found the turn stalled: stop its agent; the task fails with `reason`."""
+        log.warning("task %s: %s", run.task_id, reason)
+        run.stop_reason = reason
+        stopping = asyncio.get_running_loop().create_task(run.stop_agent(cancel=False))
+        self._stopping.add(stopping)
+        stopping.add_done_callback(self._stopping.discard)
 
     async def _drive(self, run: TaskRun, ctx: TurnContext) -> None:
         try:
             await self.agent.run(ctx)
         except asyncio.CancelledError:
-            if run.cancel_requested:
+            if run.stop_reason is not None:
+                run.force_state(pb.TASK_STATE_FAILED, run.stop_reason)
+            elif run.cancel_requested:
                 run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
             else:
                 self._stopped_by_shutdown(run)
@@ -279,6 +336,13 @@ class Engine:
         else:
             if not run.settled:
                 run.status(pb.TASK_STATE_COMPLETED, None, None)
+        finally:
+            run.stop_reason = None  # a stall stops this turn only
+            self._free_slot(run)
+            if run.watch_handle is not None:
+                run.watch_handle.cancel()
+                run.watch_handle = None
+            run.watched = False
         run.agent_ended()
         await run.finish()
 
@@ -474,12 +538,17 @@ class Engine:
             await run.stop_agent(cancel=True)  # not cancelled if this request goes away
             if run.state not in TERMINAL:  # canceled before its first step: _drive never ran
                 run.agent_ended()
+                self._free_slot(run)
                 run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
                 await run.finish()
         else:
             run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
             await run.finish()
         return run.task
+
+    def active_contexts(self) -> set[str]:
+        """Contexts with a task live in this process (their bookkeeping is in use)."""
+        return {run.context_id for run in self._runs.values()}
 
     # ---- shutdown ------------------------------------------------------------
 
@@ -519,6 +588,7 @@ class Engine:
             if run.agent_task is not None:
                 # Cancelled before its first step: _drive never ran to settle it.
                 run.agent_ended()
+                self._free_slot(run)
                 self._stopped_by_shutdown(run)
                 await run.finish()
             try:

@@ -46,6 +46,7 @@ class TaskRun:
         on_commit: Callable[[Scope, str, list[StoredEvent]], None] | None = None,
         pace: float = 0.0,
         files: FileArtifacts | None = None,
+        on_pause: Callable[[TaskRun], None] | None = None,
     ) -> None:
         self.store = store
         self.files = files  # None: this server stores no file artifacts
@@ -79,6 +80,15 @@ class TaskRun:
         self._pace = pace
         self._last_save = float("-inf")
         self._lingering: asyncio.Future[None] | None = None
+        # Turn limits and the stall watchdog (service.engine.limits, .watchdog): when the
+        # agent last emitted, whether this turn holds a concurrency slot, why the engine
+        # stopped the agent (None: it did not), and the pause hook (ctx.ask()).
+        self.watched = False  # last_activity is kept only while a watchdog looks at it
+        self.last_activity = 0.0
+        self.holds_slot = False
+        self.stop_reason: str | None = None
+        self.watch_handle: asyncio.TimerHandle | None = None
+        self._on_pause = on_pause
 
     # ---- state -----------------------------------------------------------
 
@@ -295,6 +305,8 @@ class TaskRun:
         return event, update
 
     def _queue(self, event: pb.StreamResponse) -> None:
+        if self.watched:
+            self.last_activity = asyncio.get_running_loop().time()
         self.seq += 1
         self._pending.append(StoredEvent(self.seq, event))
         if not self._kick_scheduled and not self._flushing:
@@ -401,6 +413,8 @@ class TaskRun:
 
     async def next_input(self) -> pb.Message:
         self.input_waiter = asyncio.get_running_loop().create_future()
+        if self._on_pause is not None:
+            self._on_pause(self)  # waiting for the caller: not at work, not stalled
         try:
             return await self.input_waiter
         finally:

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import stat
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -123,7 +124,8 @@ class Workspaces:
         # The service's own state and secret files stay out of reach even inside a root.
         self.denied = [d for d in (_real(os.path.abspath(path)) for path in denied if path) if d]
         self.lookup = lookup
-        self._bound: OrderedDict[tuple[Scope, str], str] = OrderedDict()
+        self._bound: OrderedDict[tuple[Scope, str], str] = OrderedDict()  # oldest bind first
+        self._bound_at: dict[tuple[Scope, str], float] = {}  # when each was bound (monotonic)
 
     def inside_roots(self, real: str) -> bool:
         return self._outside(real) is None
@@ -248,8 +250,23 @@ class Workspaces:
             )
         self._bound[key] = value
         self._bound.move_to_end(key)
+        self._bound_at[key] = time.monotonic()
         while len(self._bound) > BINDINGS_KEPT:
-            self._bound.popitem(last=False)
+            self._bound_at.pop(self._bound.popitem(last=False)[0], None)
+
+    def evict_idle(self, idle_seconds: float) -> int:
+        """Forget the workspaces of contexts not bound for `idle_seconds` (context_idle_timeout);
+        the rule still holds for them through the store lookup. Returns how many went."""
+        cutoff = time.monotonic() - idle_seconds
+        evicted = 0
+        while self._bound:
+            key = next(iter(self._bound))
+            if self._bound_at.get(key, 0.0) > cutoff:
+                break
+            del self._bound[key]
+            self._bound_at.pop(key, None)
+            evicted += 1
+        return evicted
 
 
 def _os_reason(exc: BaseException) -> str:

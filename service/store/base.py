@@ -84,6 +84,16 @@ class TaskStore(Protocol):
     async def unsettled(self) -> builtins.list[tuple[Scope, pb.Task]]:
         """Tasks in SUBMITTED or WORKING state: after a restart nobody runs them."""
 
+    async def purge_finished(self, before_us: int, limit: int) -> builtins.list[tuple[Scope, str]]:
+        """Retention: delete at most `limit` tasks in a terminal state (COMPLETED, FAILED,
+        CANCELED, REJECTED: `service.protocol.states.TERMINAL`) whose status timestamp is earlier than
+        `before_us` (microseconds since the epoch), each with its events and push configs,
+        and keep `total_size` counts right; return the (scope, task id) pairs deleted.
+
+        One call is one atomic, durable write, quick enough to run while the store
+        serves (the caller repeats it until fewer than `limit` come back). Which old
+        tasks go first is up to the store. Tasks in any other state are never deleted."""
+
 
 class PushConfigStore(Protocol):
     """Push notification configs of tasks, scoped like the tasks."""

@@ -6,6 +6,7 @@ import builtins
 import os
 
 from gen import a2a_pb2 as pb
+from service.protocol.states import TERMINAL
 from service.protocol.timeutil import status_micros
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
 
@@ -74,6 +75,20 @@ class MemoryTaskStore:
             if task.status.state in _UNSETTLED:
                 found.append((scope, task))
         return found
+
+    async def purge_finished(self, before_us: int, limit: int) -> builtins.list[tuple[Scope, str]]:
+        purged: list[tuple[Scope, str]] = []
+        for key, raw in self._tasks.items():
+            if len(purged) >= limit:
+                break
+            task = pb.Task.FromString(raw)
+            if task.status.state in TERMINAL and status_micros(task) < before_us:
+                purged.append(key)
+        for key in purged:
+            del self._tasks[key]
+            self._events.pop(key, None)
+            self._configs.pop(key, None)
+        return purged
 
     async def put_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig) -> None:
         self._configs.setdefault((scope, config.task_id), {})[config.id] = (

@@ -60,16 +60,22 @@ from pathlib import Path
 from typing import Any
 
 from gen import a2a_pb2 as pb
+from service.protocol.states import TERMINAL
 from service.protocol.timeutil import status_micros
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
 from service.store.pacing import CommitPacer
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _UNSETTLED = (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
 _UNSETTLED_SQL = "state IN ({}, {})".format(*(int(s) for s in _UNSETTLED))
+_FINISHED_SQL = "state IN ({})".format(", ".join(str(int(s)) for s in sorted(TERMINAL)))
+# Schema 3: finished tasks by age, for retention (purge_finished); small, partial.
+_FINISHED_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (status_us) WHERE {_FINISHED_SQL}"
+)
 
 DEFAULT_COMMIT_INTERVAL = 0.005  # seconds between group commits under load (config: ms)
 _MAX_BATCH = 512  # operations per transaction (bounds how long one commit holds the loop)
@@ -395,6 +401,36 @@ def _w_delete_config(
     return cur.rowcount > 0
 
 
+def _w_purge(conn: sqlite3.Connection, before_us: int, limit: int) -> list[tuple[str, str, str]]:
+    """Retention: up to `limit` finished tasks older than `before_us`, oldest first, with
+    their events, push configs and counts (counter rows that reach 0 go too)."""
+    rows = conn.execute(
+        "SELECT tenant, owner, id, context_id, state FROM tasks INDEXED BY tasks_finished"
+        f" WHERE {_FINISHED_SQL} AND status_us < ? ORDER BY status_us LIMIT ?",
+        (int(before_us), max(int(limit), 0)),
+    ).fetchall()
+    if not rows:
+        return []
+    delta: dict[tuple[str, str, str, int], int] = {}
+    for tenant, owner, _, context_id, state in rows:
+        for c, st in _count_keys(context_id, state):
+            full = (tenant, owner, c, st)
+            delta[full] = delta.get(full, 0) - 1
+    _insert(conn, _COUNT_ADD, 5, [(*full, n) for full, n in delta.items()])
+    conn.executemany(
+        "DELETE FROM task_counts WHERE tenant = ? AND owner = ? AND context_id = ? AND state = ?"
+        " AND n <= 0",
+        list(delta),
+    )
+    keys = [(tenant, owner, task_id) for tenant, owner, task_id, _, _ in rows]
+    conn.executemany("DELETE FROM tasks WHERE tenant = ? AND owner = ? AND id = ?", keys)
+    conn.executemany("DELETE FROM events WHERE tenant = ? AND owner = ? AND task_id = ?", keys)
+    conn.executemany(
+        "DELETE FROM push_configs WHERE tenant = ? AND owner = ? AND task_id = ?", keys
+    )
+    return keys
+
+
 # ------------------------------------------------------- reader-thread bodies
 
 
@@ -563,7 +599,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
             # the writer now does it once per batch, which costs less.
             for trigger in _V1_TRIGGERS:
                 conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-        # Later versions: `if version < 3: ...` here.
+        if version < 3:
+            conn.execute(_FINISHED_INDEX)
+        # Later versions: `if version < 4: ...` here.
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -740,6 +778,11 @@ class SqliteTaskStore:
 
     async def delete_push_config(self, scope: Scope, task_id: str, config_id: str) -> bool:
         return await self._write(_w_delete_config, (scope.tenant, scope.owner, task_id, config_id))
+
+    async def purge_finished(self, before_us: int, limit: int) -> builtins.list[tuple[Scope, str]]:
+        # A write like any other: it shares the group commit, in call order.
+        keys = await self._write(_w_purge, (before_us, limit))
+        return [(Scope(tenant, owner), task_id) for tenant, owner, task_id in keys]
 
     def _schedule(self, wait: float) -> None:
         assert self._loop is not None

@@ -70,6 +70,11 @@ class Connection:
         return cls(*await asyncio.open_connection(HOST, port))
 
     async def send(self, data: bytes) -> tuple[int, bytes]:
+        status, _, body = await self.exchange(data)
+        return status, body
+
+    async def exchange(self, data: bytes) -> tuple[int, bytes, bytes]:
+        """One request: (status, response head, body)."""
         self.writer.write(data)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
@@ -79,7 +84,7 @@ class Connection:
             raise RuntimeError(f"response without Content-Length: {head[:200]!r}")
         end = lower.index(b"\r\n", at + 2)
         body = await self.reader.readexactly(int(lower[at + 17 : end]))
-        return status, body
+        return status, head, body
 
     def close(self) -> None:
         self.writer.close()

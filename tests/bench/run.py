@@ -14,6 +14,8 @@
    redis-streams (push_bench.py).
 6. A stored 10 MiB file artifact downloaded from the gateway against starlette's FileResponse
    serving the same file, and GetTask latency by artifact size (file_bench.py).
+7. Burst: a second caller's latency (GET /tasks, /health, the card) while another principal
+   floods the gateway, with the per-principal limits off and on (burst_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -41,6 +43,7 @@ import grpc  # noqa: E402
 
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
+from tests.bench.burst_bench import bench_burst, burst_rows_bad, report_burst  # noqa: E402
 from tests.bench.common import (  # noqa: E402
     HOST,
     METADATA,
@@ -662,6 +665,8 @@ def report(results: dict, args) -> str:
         out.append(report_push(results["push"]))
     if "files" in results:
         out.append(report_files(results["files"], args))
+    if "burst" in results:
+        out.append(report_burst(results["burst"]))
     return "\n".join(out)
 
 
@@ -686,6 +691,7 @@ def numbers_ok(results: dict) -> list[str]:
             bad.append(f"list_tasks/{r['query']}")
     bad += push_rows_bad(results.get("push", []))
     bad += file_rows_bad(results.get("files", {}))
+    bad += burst_rows_bad(results.get("burst", []))
     return bad
 
 
@@ -701,8 +707,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files",
-        help="comma list of: send, stream, list, http, push, files",
+        default="send,stream,list,http,push,files,burst",
+        help="comma list of: send, stream, list, http, push, files, burst",
     )
     p.add_argument(
         "--duration",
@@ -753,6 +759,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="store.save calls gathered at once when filling",
     )
     p.add_argument(
+        "--burst-connections", type=int, default=500, help="flood connections (default 500)"
+    )
+    p.add_argument("--burst-seconds", type=float, help="flood length, s (default 15)")
+    p.add_argument("--burst-idle-seconds", type=float, help="idle probe window, s (default 3)")
+    p.add_argument(
+        "--burst-asyncio",
+        action="store_true",
+        help="flood with the asyncio load generator even when wrk is installed",
+    )
+    p.add_argument(
         "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
     )
     add_file_arguments(p)
@@ -768,6 +784,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         large_tasks=20_000 if quick else 100_000,
         small_tasks=1000,
         list_calls=50 if quick else 200,
+        burst_seconds=2.0 if quick else 15.0,
+        burst_idle_seconds=0.5 if quick else 3.0,
     )
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -776,7 +794,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push", "files"}
+    parts = {"send", "stream", "list", "http", "push", "files", "burst"}
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -806,6 +824,7 @@ async def amain(args) -> dict:
             ("http", "http", "SendMessage over HTTP", bench_http),
             ("push", "push", "Push delivery", bench_push),
             ("files", "files", "Stored file artifacts", bench_files),
+            ("burst", "burst", "Burst (limits off and on)", bench_burst),
         )
         try:
             for name, key, title, bench in sections:

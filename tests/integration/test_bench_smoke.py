@@ -43,6 +43,12 @@ def test_bench_quick_produces_every_row(tmp_path):
         "0.2",
         "--file-reads",
         "5",
+        "--burst-connections",
+        "20",
+        "--burst-seconds",
+        "1",
+        "--burst-idle-seconds",
+        "0.3",
         "--json",
         str(out),
     ]
@@ -92,5 +98,20 @@ def test_bench_quick_produces_every_row(tmp_path):
     for row in files["task_reads"]:
         assert number(row["p50_ms"]) and number(row["vs_1kib"]), row
 
-    for heading in ("SendMessage", "Streaming", "ListTasks", "Stored file artifact download"):
+    burst = {r["key"]: r for r in doc["burst"]}
+    assert set(burst) == {"burst_limits_off", "burst_limits_on", "burst_limits_on_polite"}
+    for key, row in burst.items():
+        assert number(row["flood_requests"]) and number(row["ratio_p99"]), key
+        for phase in ("idle", "flood"):
+            for probe in ("tasks", "health", "card"):
+                assert number(row[phase][probe]["p99_ms"]), (key, phase, probe)
+    assert burst["burst_limits_off"]["flood_refused_pct"] == 0
+
+    for heading in (
+        "SendMessage",
+        "Streaming",
+        "ListTasks",
+        "Stored file artifact download",
+        "Burst",
+    ):
         assert heading in proc.stdout

@@ -329,3 +329,31 @@ async def test_no_message_can_point_a_file_url_at_the_stored_files(start_service
                     assert str(shared) not in (exc.details() or "")
                 else:
                     raise AssertionError("a file:// part reached the stored files")
+
+
+async def test_retention_deletes_a_purged_tasks_files_but_not_shared_ones(start_service):
+    """A finished task removed by retention takes its stored files with it; bytes another
+    (kept) task stored too stay, and so does that task's download."""
+    service, channel, stub = await file_service(start_service, task_retention="1s")
+    async with channel, httpx.AsyncClient() as http:
+        gone = (await stub.SendMessage(send_request("file gone.txt only-in-the-purged-task"))).task
+        shared = (await stub.SendMessage(send_request(f"file a.txt {CONTENT}"))).task
+        kept = (await stub.SendMessage(send_request(f"keepfile b.txt {CONTENT}"))).task
+        assert kept.status.state == pb.TASK_STATE_INPUT_REQUIRED  # unfinished: never purged
+        gone_url, shared_url = the_part(gone).url, the_part(shared).url
+        assert (await http.get(gone_url)).status_code == 200
+        assert blob_count(service) == 2
+
+        async def purged() -> bool:
+            try:
+                await stub.GetTask(pb.GetTaskRequest(id=shared.id))
+            except grpc.aio.AioRpcError as err:
+                return err.code() == grpc.StatusCode.NOT_FOUND
+            return False
+
+        await eventually(purged, 20, "the finished tasks purged")
+        await eventually(lambda: blob_count(service) == 1, 10, "the purged task's blob deleted")
+        assert (await http.get(gone_url)).status_code == 404
+        assert (await http.get(shared_url)).status_code == 404  # its task is gone
+        still = await http.get(the_part(kept).url)
+        assert still.status_code == 200 and still.text == CONTENT

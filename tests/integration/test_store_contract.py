@@ -914,7 +914,7 @@ async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
     await s.open()
     try:
         with sqlite3.connect(path) as raw:
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
             assert (
                 raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
                 == []

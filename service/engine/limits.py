@@ -1,0 +1,199 @@
+"""Per-caller limits: concurrent turns, open streams, request rate, and stalled turns.
+
+A principal is whoever authentication says the caller is (`CallContext.principal`,
+the owner of its tasks); with authentication off every caller is the one principal
+"". Excess work is refused at once with `RESOURCE_EXHAUSTED` (HTTP 429) and a retry
+hint, never queued: `refuse` builds every such refusal, so they can be counted in
+one place.
+
+The checks are transport-free (the API's admission and the engine call them), so a
+limit holds on gRPC, JSON-RPC and REST alike. Each is off by default (0) and costs
+one comparison when off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from service.protocol.errors import OverloadedError
+
+RETRY_AFTER_SECONDS = 1.0  # the hint for limits on work in flight (a turn or stream ends soon)
+_MAX_BUCKETS = 100_000  # principals with a partly used bucket kept at once (full ones are dropped)
+
+
+@dataclass
+class LimitSettings:
+    """Per-caller limits and stalled-turn timeouts (README "Limits and retention"). 0 = off."""
+
+    max_concurrent_turns: int = field(
+        default=0,
+        metadata={
+            "help": 'agent turns at work at once, all callers together; past it a message is refused with `RESOURCE_EXHAUSTED` / `429` + `Retry-After`. A turn paused in `ctx.ask()` does not count. `0` = no limit (see "Limits and retention")'
+        },
+    )
+    max_concurrent_turns_per_principal: int = field(
+        default=0,
+        metadata={
+            "help": "the same per principal (the authenticated caller; everyone is one principal with auth off)"
+        },
+    )
+    max_streams_per_principal: int = field(
+        default=0,
+        metadata={
+            "help": "open `SendStreamingMessage` / `SubscribeToTask` streams per principal; `0` = no limit"
+        },
+    )
+    rate_limit_per_principal: float = field(
+        default=0.0,
+        metadata={
+            "help": "requests per second per principal (token bucket, every A2A method on every binding; health and the card are not counted); `0` = off"
+        },
+    )
+    rate_limit_burst: int = field(
+        default=0,
+        metadata={
+            "help": "requests a principal may make at once after a quiet spell (the bucket size)",
+            "default": "one second's worth",
+        },
+    )
+    turn_inactivity_timeout_seconds: float = field(
+        default=0.0,
+        metadata={
+            "help": "a turn whose agent emits nothing for this long is stopped and its task `FAILED` with a message naming the setting; a turn paused in `ctx.ask()` is not stalled; `0` = off"
+        },
+    )
+    max_turn_seconds: float = field(
+        default=0.0,
+        metadata={
+            "help": "a turn still at work after this long is stopped the same way; `0` = off"
+        },
+    )
+
+
+def validate_limits(s: LimitSettings) -> None:
+    """Startup checks (ValueError naming the key)."""
+    for key in (
+        "max_concurrent_turns",
+        "max_concurrent_turns_per_principal",
+        "max_streams_per_principal",
+        "rate_limit_burst",
+    ):
+        if getattr(s, key) < 0:
+            raise ValueError(f"{key}: must be 0 (no limit) or a positive number")
+    for key in ("rate_limit_per_principal", "turn_inactivity_timeout_seconds", "max_turn_seconds"):
+        value = getattr(s, key)
+        if not 0 <= value <= 30 * 86400:
+            raise ValueError(f"{key}: must be between 0 (off) and 2592000, got {value}")
+    if s.rate_limit_burst and not s.rate_limit_per_principal:
+        raise ValueError("rate_limit_burst: set rate_limit_per_principal too (requests per second)")
+
+
+def refuse(
+    setting: str, limit: float, message: str, retry_after: float = RETRY_AFTER_SECONDS
+) -> OverloadedError:
+    """The one refusal of every limit (count refusals here): RESOURCE_EXHAUSTED / 429 with
+    ErrorInfo metadata `setting` (the limit's key) and `limit` (its value), and a
+    RetryInfo / Retry-After hint."""
+    return OverloadedError(
+        message, metadata={"setting": setting, "limit": f"{limit:g}"}, retry_after=retry_after
+    )
+
+
+class Slots:
+    """Work in flight (turns, streams): at most `total` at once and `per_key` per principal
+    (0 = no limit); `names` are the two settings, as the refusal names them. `take` raises
+    the refusal; every successful take is paired with one `give`."""
+
+    __slots__ = ("total", "per_key", "names", "what", "active", "by_key")
+
+    def __init__(self, total: int, per_key: int, names: tuple[str, str], what: str) -> None:
+        self.total = total
+        self.per_key = per_key
+        self.names = names
+        self.what = what  # "turns", "streams": for the message
+        self.active = 0
+        self.by_key: dict[str, int] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.total or self.per_key)
+
+    def take(self, key: str) -> None:
+        if self.total and self.active >= self.total:
+            raise refuse(
+                self.names[0],
+                self.total,
+                f"The server is running its limit of {self.total} {self.what} at once; "
+                "retry shortly.",
+            )
+        held = self.by_key.get(key, 0)
+        if self.per_key and held >= self.per_key:
+            raise refuse(
+                self.names[1],
+                self.per_key,
+                f"You have {held} {self.what} running, your limit; retry when one has ended.",
+            )
+        self.active += 1
+        self.by_key[key] = held + 1
+
+    def give(self, key: str) -> None:
+        self.active -= 1
+        held = self.by_key.get(key, 0) - 1
+        if held > 0:
+            self.by_key[key] = held
+        else:
+            self.by_key.pop(key, None)
+
+
+class RateLimiter:
+    """A token bucket per principal: `rate` requests per second, up to `burst` at once.
+
+    A bucket is two floats in a dict; one refilled to full is dropped, so the dict holds
+    only principals that were busy lately. `check` is a few float operations."""
+
+    __slots__ = ("rate", "burst", "_buckets", "_clock")
+
+    def __init__(
+        self, rate: float, burst: int = 0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate = rate
+        self.burst = float(burst or max(1, round(rate)))
+        self._buckets: dict[str, tuple[float, float]] = {}  # principal -> (tokens, when)
+        self._clock = clock
+
+    def check(self, principal: str) -> None:
+        """Take one token, or raise the refusal with the wait until one is there."""
+        now = self._clock()
+        bucket = self._buckets.get(principal)
+        if bucket is None:
+            tokens = self.burst
+        else:
+            tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+        if tokens < 1.0:
+            self._buckets[principal] = (tokens, now)
+            wait = (1.0 - tokens) / self.rate
+            raise refuse(
+                "rate_limit_per_principal",
+                self.rate,
+                f"Too many requests: the limit is {self.rate:g} per second "
+                f"(bursts of {self.burst:g}); retry after the hint.",
+                retry_after=wait,
+            )
+        self._buckets[principal] = (tokens - 1.0, now)
+        if len(self._buckets) > _MAX_BUCKETS:
+            self._drop_full(now)
+
+    def _drop_full(self, now: float) -> None:
+        """Forget the buckets that have refilled (they are as good as new ones)."""
+        full = [
+            key
+            for key, (tokens, when) in self._buckets.items()
+            if tokens + (now - when) * self.rate >= self.burst
+        ]
+        for key in full:
+            del self._buckets[key]
+        if len(self._buckets) > _MAX_BUCKETS:  # all busy: the oldest go (a fresh bucket is full)
+            for key in list(self._buckets)[: len(self._buckets) - _MAX_BUCKETS]:
+                del self._buckets[key]
