@@ -1,4 +1,4 @@
-"""The command line: `python -m service serve | push-dead | card`. `--help` explains every flag."""
+"""The command line: `python -m service serve | push-dead | card | call`. `--help` explains every flag."""
 
 from __future__ import annotations
 
@@ -91,10 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     push_cli.add_parser(sub)
     card_cli.add_parser(sub)
+    sub.add_parser(  # parsed by call_cli (main hands `call ...` over before this parser runs)
+        "call", help="call an A2A agent: the a2a-call client (python -m service call --help)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["call"]:
+        from service.app import call_cli
+
+        return call_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command_name == "push-dead":
         return push_cli.main(args)
