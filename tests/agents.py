@@ -20,8 +20,9 @@ Commands (the first word of the message):
                    acks it (permission_ack), then completes (allow_once) or rejects (deny);
                    an answer that is not exactly the expected one fails the task
   permit2 TARGET   as permit, twice in one turn (two decisions)
-  stored NAME TEXT a stored-file artifact: a url part to NAME at the URL in the message's
-                   metadata `fileBase` (the test serves the bytes), with byteSize / sha256
+  stored NAME BASE TEXT  a stored-file artifact as the files branch makes them: a url part
+                   BASE/SHA256 named NAME with a2a_service.byteSize / sha256 of TEXT
+                   (the test serves the bytes at BASE)
 """
 
 from __future__ import annotations
@@ -95,9 +96,8 @@ class ScriptedAgent:
                     return
             await ctx.artifact(f"ran {rest}", name="tool")
         elif word == "stored":
-            name, _, body = rest.partition(" ")
+            name, base, body = (rest.split(" ", 2) + ["", ""])[:3]
             digest = hashlib.sha256(body.encode()).hexdigest()
-            base = ctx.metadata.get("fileBase", "http://127.0.0.1:9/files")
             part = pb.Part(url=f"{base}/{digest}", filename=name, media_type="text/plain")
             part.metadata.update({"a2a_service": {"byteSize": len(body), "sha256": digest}})
             await ctx.artifact(part, name=name)
