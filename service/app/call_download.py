@@ -53,6 +53,19 @@ def _ours(*structs: Any) -> dict[str, Any]:
     return found
 
 
+def _whole_number(value: Any) -> int | None:
+    """A byte count from metadata: JSON numbers arrive as doubles, or it may be a string."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
 def stored_files(task: sdk.Task) -> list[StoredFile]:
     """The url parts of the task's artifacts that declare a SHA-256."""
     files = []
@@ -64,16 +77,14 @@ def stored_files(task: sdk.Task) -> list[StoredFile]:
             digest = str(meta.get("sha256", "")).lower()
             if not _SHA256.fullmatch(digest):
                 continue
-            size = meta.get("byteSize")
+            size = _whole_number(meta.get("byteSize"))
             files.append(
                 StoredFile(
                     artifact_id=artifact.artifact_id,
                     filename=part.filename or artifact.name or digest,
                     url=part.url,
                     sha256=digest,
-                    byte_size=int(size)
-                    if isinstance(size, int | float | str) and str(size).isdigit()
-                    else None,
+                    byte_size=size,
                 )
             )
     return files

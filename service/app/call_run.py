@@ -39,6 +39,7 @@ TERMINAL = (
     sdk.TASK_STATE_CANCELED,
     sdk.TASK_STATE_REJECTED,
 )
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a tool its reader left
 MAX_FILE_BYTES = 16 * 1024 * 1024  # an inline --file part (larger: serve it and use --file-url)
 
 
@@ -53,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         printer.done()
         return 130
+    except BrokenPipeError:  # the reader went away (`| head -1`): stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
@@ -89,7 +94,7 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
         try:
             handler = COMMANDS[args.command]
             return await handler(conn, args, printer)
-        except CallError:
+        except (CallError, BrokenPipeError):
             raise
         except Exception as exc:
             raise classify(exc) from None

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.cards.signing import key_from_pem
 from tests.bench.common import ServerProcess
+from tests.call_util import SCRIPT, cli, cli_env, lines, state_of
 from tests.process import ROOT, free_port
 
 BINDINGS = ("jsonrpc", "rest", "grpc")
@@ -38,41 +39,6 @@ TOKEN = "t0ken-" + "a" * 30
 API_KEY = "k3y-" + "b" * 30
 PASSWORD = "pa55word-long"
 EVENT_KEYS = {"task", "statusUpdate", "artifactUpdate", "message"}
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("A2A_CALL_")}
-    return {**env, "PYTHONPATH": str(ROOT), **(extra or {})}
-
-
-SCRIPT = str(pathlib.Path(sys.executable).parent / "a2a-call")  # the console script
-
-
-def cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 90
-) -> subprocess.CompletedProcess:
-    """Run the `a2a-call` console script with ARGS (stdin not a terminal)."""
-    return subprocess.run(
-        [SCRIPT, *args],
-        cwd=ROOT,
-        env=_env(env),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def lines(stdout: str) -> list[dict]:
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
-
-
-def state_of(event: dict) -> str | None:
-    if "task" in event:
-        return event["task"]["status"]["state"]
-    if "statusUpdate" in event:
-        return event["statusUpdate"]["status"]["state"]
-    return None
 
 
 class Server:
@@ -259,7 +225,7 @@ def test_python_m_service_call_and_card(ours):
     result = subprocess.run(
         [sys.executable, "-m", "service", "call", "card", "--json", ours.url],
         cwd=ROOT,
-        env=_env(),
+        env=cli_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -326,7 +292,7 @@ def test_get_list_cancel_and_subscribe(ours, binding):
         + (["--after", "1"] if binding == "grpc" else [])
         + [ours.url, "--task", task_id],
         cwd=ROOT,
-        env=_env(),
+        env=cli_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -428,7 +394,7 @@ def _on_a_pty(args: list[str], answer: bytes) -> tuple[int, str]:
     proc = subprocess.Popen(
         [SCRIPT, *args],
         cwd=ROOT,
-        env=_env({"TERM": "xterm"}),
+        env=cli_env({"TERM": "xterm"}),
         stdin=slave,
         stdout=slave,
         stderr=slave,

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.bench.common import ServerProcess
-from tests.integration.test_call_cli import cli, lines, state_of
+from tests.call_util import cli, lines, state_of
 from tests.process import ROOT
 
 
