@@ -189,7 +189,6 @@ def build_parser() -> argparse.ArgumentParser:
     _task(subscribe)
     subscribe.add_argument(
         "--after",
-        type=int,
         metavar="SEQ",
         help="resume after event SEQ (HTTP bindings: Last-Event-ID; gRPC has no event ids, "
         "its stream starts from the task's current snapshot)",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import copy
 import enum
 import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,6 +268,7 @@ class Connection:
     headers: dict[str, str]
     timeout: float | None
     channel: grpc.aio.Channel | None = None
+    event_ids: EventIds = field(default_factory=lambda: EventIds())
 
     @property
     def binding(self) -> str:
@@ -308,7 +310,58 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     return scheme, parts.hostname.lower(), port
 
 
-def http_client(tls: Tls, https: bool) -> httpx.AsyncClient:
+class EventIds:
+    """The SSE `id:` of every event of the HTTP streams, in order. The a2a-sdk transport
+    parses the stream but does not hand out the ids, so a response hook wraps the body of each
+    event stream and notes the id of each event that carries data (what the transport yields
+    as one StreamResponse); `take()` is the id of the next event the caller sees."""
+
+    def __init__(self) -> None:
+        self._ids: collections.deque[str | None] = collections.deque()
+
+    def take(self) -> str | None:
+        return self._ids.popleft() if self._ids else None
+
+    def reset(self) -> None:
+        self._ids.clear()
+
+    async def hook(self, response: httpx.Response) -> None:
+        if "text/event-stream" in response.headers.get("content-type", ""):
+            response.stream = _NotingIds(response.stream, self._ids)
+
+
+class _NotingIds(httpx.AsyncByteStream):
+    def __init__(self, inner: Any, ids: collections.deque[str | None]) -> None:
+        self._inner = inner
+        self._ids = ids
+        self._pending = b""
+        self._last: str | None = None  # SSE: an event without id: keeps the last one
+        self._has_data = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._note(chunk)
+            yield chunk
+
+    def _note(self, chunk: bytes) -> None:
+        self._pending += chunk
+        *complete, self._pending = self._pending.replace(b"\r\n", b"\n").split(b"\n")
+        for raw in complete:
+            line = raw.rstrip(b"\r")
+            if not line:
+                if self._has_data:
+                    self._ids.append(self._last)
+                self._has_data = False
+            elif line.startswith(b"id:"):
+                self._last = line[3:].strip().decode("utf-8", "replace") or None
+            elif line.startswith(b"data:"):
+                self._has_data = True
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def http_client(tls: Tls, https: bool, ids: EventIds | None = None) -> httpx.AsyncClient:
     """The one httpx client of a run: no read timeout (streams idle between events; --timeout
     bounds a call), a connect timeout, TLS from --cacert/--cert/--key, A2A-Version: 1.0."""
     verify: ssl.SSLContext | bool = tls.ssl_context() if (tls.configured or https) else True
@@ -317,6 +370,7 @@ def http_client(tls: Tls, https: bool) -> httpx.AsyncClient:
         timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_SECONDS),
         headers={VERSION_HEADER: PROTOCOL_VERSION_1_0},
         follow_redirects=False,
+        event_hooks={"response": [ids.hook]} if ids is not None else None,
     )
 
 
@@ -393,7 +447,8 @@ async def connect(
 ) -> Connection:
     """Fetch (and with --verify-card verify) the card, pick the interface, build the client."""
     https = bool(target and target.lower().startswith("https://"))
-    http = http_client(tls, https)
+    event_ids = EventIds()
+    http = http_client(tls, https, event_ids)
     try:
         card_json: dict[str, Any] | None = None
         if grpc_address:
@@ -441,6 +496,7 @@ async def connect(
             headers=credentials.headers(card),
             timeout=call_timeout,
             channel=channel,
+            event_ids=event_ids,
         )
     except BaseException:
         await http.aclose()

@@ -118,9 +118,14 @@ class Printer:
     def json_line(self, message: Message, **extra: Any) -> None:
         print(json.dumps({**extra, **to_json(message)}), file=self.out, flush=True)
 
-    def event(self, event: sdk.StreamResponse) -> None:
+    def event(self, event: sdk.StreamResponse, event_id: str | None = None) -> None:
+        """One event; with --json its SSE id (HTTP bindings) comes first as `eventId`, the
+        value `subscribe --after` takes."""
         if self.as_json:
-            self.json_line(event)
+            if event_id is not None:
+                self.json_line(event, eventId=event_id)
+            else:
+                self.json_line(event)
             return
         kind = event.WhichOneof("payload")
         if kind == "task":

@@ -164,6 +164,7 @@ class Outcome:
         self.envelope: dict[str, Any] | None = None
         self.status_text = ""
         self.replied = False  # a direct Message, no task
+        self.last_event_id: str | None = None  # SSE id of the last event seen (HTTP bindings)
 
     def see(self, event: sdk.StreamResponse) -> None:
         kind = event.WhichOneof("payload")
@@ -195,12 +196,30 @@ async def _follow(
     printer: Printer,
     outcome: Outcome,
 ) -> None:
+    conn.event_ids.reset()
+
     async def drain() -> None:
         async for event in stream:
             outcome.see(event)
-            printer.event(event)
+            event_id = conn.event_ids.take()
+            outcome.last_event_id = event_id or outcome.last_event_id
+            printer.event(event, event_id)
 
-    await _bounded(conn.timeout, drain())
+    try:
+        await _bounded(conn.timeout, drain())
+    except (CallError, BrokenPipeError):
+        _resume_hint(outcome, printer)
+        raise
+    except Exception as exc:
+        _resume_hint(outcome, printer)
+        raise classify(exc) from None
+
+
+def _resume_hint(outcome: Outcome, printer: Printer) -> None:
+    """A stream that broke off: say how to pick it up where it ended."""
+    if outcome.task_id and outcome.state not in TERMINAL:
+        after = f" --after {outcome.last_event_id}" if outcome.last_event_id else ""
+        printer.note(f"a2a-call: resume with: a2a-call subscribe … --task {outcome.task_id}{after}")
 
 
 async def _send_once(
@@ -362,15 +381,15 @@ async def cancel(conn: Connection, args: argparse.Namespace, printer: Printer) -
 async def subscribe(conn: Connection, args: argparse.Namespace, printer: Printer) -> Exit:
     extra: dict[str, str] = {}
     if args.after is not None:
-        if args.after < 0:
-            raise CallError(Exit.USAGE, "--after takes an event id (0 or more)")
+        if not args.after.strip() or not args.after.isprintable():
+            raise CallError(Exit.USAGE, "--after takes an event id (the eventId of a line)")
         if conn.binding == "GRPC":
             printer.note(
                 "a2a-call: --after is ignored on gRPC: it has no event ids; the stream starts "
                 "with the task's current snapshot, which holds everything up to now"
             )
         else:
-            extra["Last-Event-ID"] = str(args.after)
+            extra["Last-Event-ID"] = args.after.strip()
     outcome = Outcome()
     stream = conn.client.subscribe(
         sdk.SubscribeToTaskRequest(id=args.task), context=conn.call_context(extra)

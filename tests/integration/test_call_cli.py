@@ -143,6 +143,11 @@ def test_exit_code_and_json_lines_follow_the_task(ours, binding, text, code, sta
     events = lines(result.stdout)
     assert all(len(e.keys() & EVENT_KEYS) == 1 for e in events), events
     assert "task" in events[0] and state_of(events[-1]) == state
+    if binding == "grpc":  # gRPC has no event ids
+        assert not any("eventId" in e for e in events)
+    else:  # the SSE ids, in order: what `subscribe --after` takes
+        ids = [int(e["eventId"]) for e in events]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
     task_ids = {
         e.get("task", {}).get("id") or e.get("statusUpdate", {}).get("taskId") for e in events
     }
@@ -251,6 +256,9 @@ def test_errors_unreachable_protocol_and_usage(ours, site):
     assert cli("list", "--binding", "carrier-pigeon", ours.url).returncode == 2
     slow = cli("--timeout", "1", ours.url, "hang")
     assert slow.returncode == 6 and "timed out" in slow.stderr
+    # A stream that broke off says how to pick it up: the task and the last event id.
+    assert "resume with: a2a-call subscribe … --task " in slow.stderr
+    assert " --after 2" in slow.stderr  # 1: the task, 2: working "hanging"
 
 
 # ----------------------------------------------------------------------------- other commands
@@ -324,16 +332,20 @@ def test_get_list_cancel_and_subscribe(ours, binding):
 def test_subscribe_after_resumes_with_last_event_id(ours, binding):
     done = cli("--json", ours.url, "slow", "3")
     assert done.returncode == 0
-    task_id = lines(done.stdout)[0]["task"]["id"]
+    sent = lines(done.stdout)
+    task_id, third = sent[0]["task"]["id"], sent[2]["eventId"]
     every = cli(
         "subscribe", "--json", "--binding", binding, ours.url, "--task", task_id, "--after", "0"
     )
     later = cli(
-        "subscribe", "--json", "--binding", binding, ours.url, "--task", task_id, "--after", "3"
+        "subscribe", "--json", "--binding", binding, ours.url, "--task", task_id, "--after", third
     )
     assert every.returncode == 0 and later.returncode == 0, every.stderr + later.stderr
     all_events, rest = lines(every.stdout), lines(later.stdout)
-    assert rest == all_events[3:] and state_of(rest[-1]) == "TASK_STATE_COMPLETED"
+    assert all_events == sent  # replayed from the store: the same events, the same ids
+    assert rest == sent[3:] and state_of(rest[-1]) == "TASK_STATE_COMPLETED"
+    bad = cli("subscribe", "--binding", binding, ours.url, "--task", task_id, "--after", "x")
+    assert bad.returncode == 8 and "Last-Event-ID" in bad.stderr
 
 
 # ----------------------------------------------------------------------------- permission
