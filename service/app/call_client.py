@@ -34,6 +34,7 @@ from a2a.client.card_resolver import parse_agent_card
 from a2a.types import a2a_pb2 as sdk
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
 from a2a.utils.errors import A2AError
+from google.protobuf import json_format, struct_pb2
 from google.protobuf.json_format import ParseError
 
 from service.app import card_cli
@@ -72,6 +73,35 @@ class CallError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+NAMESPACE = "a2a_service"  # this service's metadata namespace
+
+
+def _whole(value: Any) -> Any:
+    """JSON numbers in a Struct are doubles: give whole ones back as ints (schemaVersion 1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
+def namespace_of(*structs: struct_pb2.Struct) -> dict[str, Any]:
+    """The `a2a_service` entries of metadata Structs, first one wins: nested
+    (`{"a2a_service": {...}}`) or dotted keys (`"a2a_service.input"`); whole numbers as ints."""
+    found: dict[str, Any] = {}
+    for struct in structs:
+        doc = _whole(json_format.MessageToDict(struct))
+        nested = doc.get(NAMESPACE)
+        for key, value in (nested if isinstance(nested, dict) else {}).items():
+            found.setdefault(key, value)
+        for key, value in doc.items():
+            if key.startswith(NAMESPACE + "."):
+                found.setdefault(key[len(NAMESPACE) + 1 :], value)
+    return found
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:

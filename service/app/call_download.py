@@ -22,11 +22,9 @@ from typing import Any
 
 import httpx
 from a2a.types import a2a_pb2 as sdk
-from google.protobuf import json_format
 
-from service.app.call_client import CallError, Connection, Exit
+from service.app.call_client import CallError, Connection, Exit, namespace_of
 
-NAMESPACE = "a2a_service"
 CHUNK = 1 << 16
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -38,19 +36,6 @@ class StoredFile:
     url: str
     sha256: str
     byte_size: int | None
-
-
-def _ours(*structs: Any) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for struct in structs:
-        doc = json_format.MessageToDict(struct)
-        nested = doc.get(NAMESPACE)
-        for key, value in (nested if isinstance(nested, dict) else {}).items():
-            found.setdefault(key, value)
-        for key, value in doc.items():
-            if key.startswith(NAMESPACE + "."):
-                found.setdefault(key[len(NAMESPACE) + 1 :], value)
-    return found
 
 
 def _whole_number(value: Any) -> int | None:
@@ -73,7 +58,7 @@ def stored_files(task: sdk.Task) -> list[StoredFile]:
         for part in artifact.parts:
             if part.WhichOneof("content") != "url":
                 continue
-            meta = _ours(part.metadata, artifact.metadata)
+            meta = namespace_of(part.metadata, artifact.metadata)
             digest = str(meta.get("sha256", "")).lower()
             if not _SHA256.fullmatch(digest):
                 continue

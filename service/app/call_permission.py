@@ -16,7 +16,8 @@ from typing import Any, TextIO
 from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format, struct_pb2
 
-NAMESPACE = "a2a_service"
+from service.app.call_client import namespace_of
+
 INPUT_KEY = "input"
 KIND = "permission"
 SCHEMA_VERSION = 1
@@ -24,31 +25,6 @@ ALLOW = "allow_once"
 DENY = "deny"
 DISPLAY_FIELDS = ("toolName", "title", "purpose", "effect", "target", "readOnly", "summary")
 ANSWER_FIELDS = ("requestTaskId", "inputId", "toolUseId")
-
-
-def _ours(metadata: struct_pb2.Struct) -> dict[str, Any]:
-    """The `a2a_service` namespace of a metadata Struct: nested (`{"a2a_service": {...}}`), or
-    dotted keys (`"a2a_service.input"`)."""
-    doc = _whole(json_format.MessageToDict(metadata))
-    found: dict[str, Any] = {}
-    nested = doc.get(NAMESPACE)
-    if isinstance(nested, dict):
-        found.update(nested)
-    for key, value in doc.items():
-        if key.startswith(NAMESPACE + "."):
-            found.setdefault(key[len(NAMESPACE) + 1 :], value)
-    return found
-
-
-def _whole(value: Any) -> Any:
-    """JSON numbers in a Struct are doubles: give whole ones back as ints (schemaVersion 1)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
 
 
 def _is_envelope(value: Any) -> bool:
@@ -75,7 +51,7 @@ def _metadatas(event: sdk.StreamResponse | sdk.Task) -> Iterable[struct_pb2.Stru
 def find_envelope(event: sdk.StreamResponse | sdk.Task) -> dict[str, Any] | None:
     """The permission envelope an INPUT_REQUIRED event or task carries, else None."""
     for metadata in _metadatas(event):
-        envelope = _ours(metadata).get(INPUT_KEY)
+        envelope = namespace_of(metadata).get(INPUT_KEY)
         if isinstance(envelope, dict) and _is_envelope(envelope):
             return dict(envelope)
     return None

@@ -33,6 +33,7 @@ from service.cards.signing import key_from_pem
 from tests.bench.common import ServerProcess
 from tests.call_util import SCRIPT, cli, cli_env, lines, state_of
 from tests.process import ROOT, free_port
+from tests.security_util import make_pki
 
 BINDINGS = ("jsonrpc", "rest", "grpc")
 TOKEN = "t0ken-" + "a" * 30
@@ -586,3 +587,44 @@ def test_verify_card_accepts_a_card_signed_with_the_pinned_keys(signed, ours):
     unsigned = cli("--verify-card", str(pinned), ours.url, "echo")
     assert unsigned.returncode == 9 and "no signatures" in unsigned.stderr
     assert cli("--verify-card", str(tmp / "missing.jwks"), server.url, "echo").returncode == 9
+
+
+# ----------------------------------------------------------------------------- TLS
+
+
+@pytest.fixture(scope="module")
+def mutual_tls(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("call-cli-tls")
+    pki = make_pki(tmp / "pki")
+    proc = _serve(
+        tmp,
+        "tls",
+        env={
+            "A2A_TLS_CERT_FILE": pki.server_pem,
+            "A2A_TLS_KEY_FILE": pki.server_key,
+            "A2A_TLS_CLIENT_CA_FILE": pki.ca_pem,
+        },
+    )
+    server = Server(proc)
+    server.url = server.url.replace("http://", "https://")
+    yield server, pki
+    proc.stop()
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_cacert_cert_and_key(mutual_tls, binding):
+    server, pki = mutual_tls
+    ok = cli(
+        "--binding", binding, "--cacert", pki.ca_pem, "--cert", pki.client_pem,
+        "--key", pki.client_key, server.url, "echo", "over TLS",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert "artifact echo: echo over TLS" in ok.stdout
+    # Without the client certificate the server refuses the handshake; without the CA the
+    # client refuses the server: both are "unreachable".
+    no_cert = cli("--binding", binding, "--cacert", pki.ca_pem, server.url, "echo")
+    assert no_cert.returncode == 6, no_cert.stderr
+    no_ca = cli(
+        "--binding", binding, server.url, "echo", "--cert", pki.client_pem, "--key", pki.client_key
+    )
+    assert no_ca.returncode == 6, no_ca.stderr
