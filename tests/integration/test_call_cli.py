@@ -83,8 +83,8 @@ def ours(tmp_path_factory):
 
 
 class Site:
-    """A loopback HTTP server answering GETs from `routes` (path -> (status, body)) and
-    recording each request's headers."""
+    """A loopback HTTP server answering GETs and POSTs from `routes` (path -> (status, body))
+    and recording each request's headers."""
 
     def __init__(self) -> None:
         self.routes: dict[str, tuple[int, bytes]] = {}
@@ -92,6 +92,10 @@ class Site:
         site = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.do_GET()
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 site.seen.append({k.lower(): v for k, v in self.headers.items()})
                 status, body = site.routes.get(self.path, (404, b"not found"))
@@ -225,6 +229,30 @@ def test_the_first_interface_it_speaks_is_picked(ours, site):
     result = cli("--binding", "jsonrpc", site.origin + "/agent.json", "echo")
     assert result.returncode == 8
     assert "offers no interface for JSONRPC" in result.stderr
+
+
+def test_headers_version_and_credentials_go_to_the_interface_not_the_card(site):
+    card = {
+        "name": "n",
+        "description": "d",
+        "version": "1",
+        "supportedInterfaces": [
+            {"url": site.origin + "/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [],
+    }
+    site.routes["/card.json"] = (200, json.dumps(card).encode())
+    error = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Task x not found"}}
+    site.routes["/rpc"] = (200, json.dumps(error).encode())
+    result = cli("get", site.origin + "/card.json", "--task", "x", "--bearer", TOKEN)
+    assert result.returncode == 8 and "TaskNotFound" in result.stderr
+    card_request, rpc_request = site.seen
+    assert "authorization" not in card_request  # the card is public: no credentials
+    assert rpc_request["a2a-version"] == "1.0"
+    assert rpc_request["authorization"] == f"Bearer {TOKEN}"
 
 
 def test_python_m_service_call_and_card(ours):
