@@ -121,6 +121,11 @@ def _task(parser: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return build_parsers()[0]
+
+
+def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top parser (for --help) and one parser per command."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=DESCRIPTION,
@@ -130,8 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _common()
 
+    commands: dict[str, argparse.ArgumentParser] = {}
+
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(
+        commands[name] = sub.add_parser(
             name,
             parents=[common],
             help=help_text,
@@ -139,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        return commands[name]
 
     send = add("send", "send a message (the default command: a2a-call URL TEXT)")
     _target(send)
@@ -205,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", metavar="PATH", help="file (one artifact) or directory (default: .)"
     )
     download.add_argument("--force", action="store_true", help="overwrite existing files")
-    return parser
+    return parser, commands
 
 
 def normalize(argv: list[str]) -> list[str]:
@@ -227,7 +235,15 @@ def normalize(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(normalize(list(sys.argv[1:] if argv is None else argv)))
+    parser, commands = build_parsers()
+    words = normalize(list(sys.argv[1:] if argv is None else argv))
+    if words and words[0] in commands:
+        # Options and words in any order (`URL --task ID TEXT`): intermixed parsing, which
+        # argparse offers per parser only, not across subparsers.
+        args = commands[words[0]].parse_intermixed_args(words[1:])
+        args.command = words[0]
+    else:
+        args = parser.parse_args(words)  # --help
     try:
         from service.app import call_run
     except ImportError as exc:  # the optional `client` extra is not installed

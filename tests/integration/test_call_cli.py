@@ -210,6 +210,22 @@ def test_unary_when_asked_and_parts_from_files_and_data(ours, tmp_path):
     }
 
 
+def test_context_and_task_continue_a_conversation(ours):
+    first = cli("--json", ours.url, "input", "what next?")
+    assert first.returncode == 4
+    task = lines(first.stdout)[0]["task"]
+    follow = cli("--json", ours.url, "--task", task["id"], "--context", task["contextId"], "go on")
+    assert follow.returncode == 0, follow.stderr
+    events = lines(follow.stdout)
+    assert events[0]["task"]["id"] == task["id"]
+    [artifact] = [e["artifactUpdate"]["artifact"] for e in events if "artifactUpdate" in e]
+    assert artifact["parts"] == [{"text": "follow-up: go on"}]
+    other = cli("--json", ours.url, "--context", task["contextId"], "echo", "same context")
+    assert other.returncode == 0
+    new_task = lines(other.stdout)[0]["task"]
+    assert new_task["contextId"] == task["contextId"] and new_task["id"] != task["id"]
+
+
 def test_grpc_address_without_a_card(ours):
     result = cli("--json", "--grpc", ours.grpc, "echo", "over grpc")
     assert result.returncode == 0, result.stderr
