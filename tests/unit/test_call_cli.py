@@ -13,7 +13,14 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf import json_format
 
 from service.app import call_cli, call_download, call_permission
-from service.app.call_client import CallError, Exit, card_url_of, classify, pick_interface
+from service.app.call_client import (
+    CallError,
+    EventIds,
+    Exit,
+    card_url_of,
+    classify,
+    pick_interface,
+)
 from service.app.call_render import Printer
 
 ENVELOPE = {
@@ -159,3 +166,28 @@ def test_the_progress_line_is_rewritten_and_cleared():
     printer.done()
     assert err.getvalue() == "\r\x1b[K[working] step 1\r\x1b[K\r\x1b[K[working] step 1\r\x1b[K"
     assert out.getvalue() == "artifact x: y\n"
+
+
+async def test_event_ids_are_noted_across_chunk_boundaries():
+    ids = EventIds()
+    body = (
+        b": keep-alive\n\nid: 1\ndata: {}\n\nid: 2\r\nevent: message\r\ndata: {}\r\n\r\n"
+        b"data: {}\n\nid: 7\ndata: {}\n\n"
+    )
+
+    class Chunks(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            for i in range(0, len(body), 5):  # split anywhere
+                yield body[i : i + 5]
+
+    response = httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Chunks())
+    await ids.hook(response)
+    assert b"".join([c async for c in response.aiter_raw()]) == body  # passed through unchanged
+    # the comment is no event; an event without id keeps the last one (SSE)
+    assert [ids.take(), ids.take(), ids.take(), ids.take(), ids.take()] == [
+        "1",
+        "2",
+        "2",
+        "7",
+        None,
+    ]
