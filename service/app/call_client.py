@@ -1,7 +1,6 @@
 """a2a-call's connection to an agent: its card, the binding, TLS and credentials, as an a2a-sdk
 `Client` (the ecosystem's client; this module only chooses and configures it).
 
-Also the exit codes and `CallError`, which every part of the CLI raises to end with one.
 """
 
 from __future__ import annotations
@@ -10,21 +9,17 @@ import asyncio
 import base64
 import collections
 import copy
-import enum
 import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import httpx
 from a2a.client import (
-    A2AClientError,
-    A2AClientTimeoutError,
-    AgentCardResolutionError,
     Client,
     ClientCallContext,
     ClientConfig,
@@ -33,11 +28,10 @@ from a2a.client import (
 from a2a.client.card_resolver import parse_agent_card
 from a2a.types import a2a_pb2 as sdk
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
-from a2a.utils.errors import A2AError
-from google.protobuf import json_format, struct_pb2
 from google.protobuf.json_format import ParseError
 
 from service.app import card_cli
+from service.app.call_errors import CallError, Exit
 from service.cards.signing import ASYMMETRIC_ALGS, SigningError, verify_card_json
 
 WELL_KNOWN_CARD = "/.well-known/agent-card.json"
@@ -49,104 +43,6 @@ ENV_BEARER = "A2A_CALL_BEARER"
 ENV_API_KEY = "A2A_CALL_API_KEY"
 ENV_BASIC = "A2A_CALL_BASIC"
 DEFAULT_API_KEY_HEADER = "X-API-Key"
-
-
-class Exit(enum.IntEnum):
-    """The documented exit codes (README "Command-line client")."""
-
-    COMPLETED = 0
-    FAILED = 1
-    USAGE = 2
-    CANCELED = 3  # canceled or rejected
-    INPUT_REQUIRED = 4
-    AUTH_REQUIRED = 5
-    UNREACHABLE = 6  # no connection, DNS, TLS handshake, timed out
-    UNAUTHENTICATED = 7  # 401/403, gRPC UNAUTHENTICATED / PERMISSION_DENIED
-    PROTOCOL = 8  # an A2A error reply, or an answer that is not A2A
-    NOT_VERIFIED = 9  # --verify-card refused the card, or a download's SHA-256 did not match
-
-
-class CallError(Exception):
-    """Ends the command with `code`; `message` is one line for stderr (never a credential)."""
-
-    def __init__(self, code: Exit, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-NAMESPACE = "a2a_service"  # this service's metadata namespace
-
-
-def _whole(value: Any) -> Any:
-    """JSON numbers in a Struct are doubles: give whole ones back as ints (schemaVersion 1)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
-
-
-def namespace_of(*structs: struct_pb2.Struct) -> dict[str, Any]:
-    """The `a2a_service` entries of metadata Structs, first one wins: nested
-    (`{"a2a_service": {...}}`) or dotted keys (`"a2a_service.input"`); whole numbers as ints."""
-    found: dict[str, Any] = {}
-    for struct in structs:
-        doc = _whole(json_format.MessageToDict(struct))
-        nested = doc.get(NAMESPACE)
-        for key, value in (nested if isinstance(nested, dict) else {}).items():
-            found.setdefault(key, value)
-        for key, value in doc.items():
-            if key.startswith(NAMESPACE + "."):
-                found.setdefault(key[len(NAMESPACE) + 1 :], value)
-    return found
-
-
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def classify(exc: BaseException) -> CallError:
-    """What an error from the a2a-sdk client (or httpx, grpc) means for the exit code."""
-    if isinstance(exc, CallError):
-        return exc
-    for cause in _causes(exc):
-        if isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code in (401, 403):
-            return CallError(
-                Exit.UNAUTHENTICATED,
-                f"not authenticated: HTTP {cause.response.status_code} from the agent "
-                "(pass --bearer, --api-key or --basic, or their environment variables)",
-            )
-        if isinstance(cause, grpc.aio.AioRpcError):
-            code = cause.code()
-            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-                return CallError(
-                    Exit.UNAUTHENTICATED,
-                    f"not authenticated: gRPC {code.name}: {cause.details()}",
-                )
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                return CallError(
-                    Exit.UNREACHABLE, f"unreachable: gRPC {code.name}: {cause.details()}"
-                )
-        if isinstance(cause, httpx.TimeoutException | A2AClientTimeoutError | TimeoutError):
-            return CallError(Exit.UNREACHABLE, "unreachable: timed out")
-        if isinstance(cause, httpx.TransportError):
-            return CallError(Exit.UNREACHABLE, f"unreachable: {type(cause).__name__}: {cause}")
-    if isinstance(exc, AgentCardResolutionError) and exc.status_code in (401, 403):
-        return CallError(Exit.UNAUTHENTICATED, f"not authenticated: {exc.message}")
-    if isinstance(exc, A2AError | A2AClientError):
-        name = type(exc).__name__.removesuffix("Error") or "A2A"
-        return CallError(Exit.PROTOCOL, f"{name}: {getattr(exc, 'message', str(exc))}")
-    if isinstance(exc, ParseError | ValueError):
-        return CallError(Exit.PROTOCOL, f"not a valid A2A answer: {exc}")
-    return CallError(Exit.PROTOCOL, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True)

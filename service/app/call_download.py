@@ -23,7 +23,9 @@ from typing import Any
 import httpx
 from a2a.types import a2a_pb2 as sdk
 
-from service.app.call_client import CallError, Connection, Exit, namespace_of
+from service.app.call_client import Connection
+from service.app.call_errors import CallError, Exit
+from service.app.call_metadata import namespace_of
 
 CHUNK = 1 << 16
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format, struct_pb2
 
-from service.app.call_client import namespace_of
+from service.app.call_metadata import namespace_of
 
 INPUT_KEY = "input"
 KIND = "permission"

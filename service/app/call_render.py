@@ -16,7 +16,7 @@ from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from service.app.call_client import Exit
+from service.app.call_errors import Exit
 
 STATE_NAMES = {
     value: name.removeprefix("TASK_STATE_").lower().replace("_", "-")

@@ -19,16 +19,8 @@ from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 
 from service.app import call_download, call_permission
-from service.app.call_client import (
-    CallError,
-    Connection,
-    Credentials,
-    Exit,
-    Tls,
-    binding_of,
-    classify,
-    connect,
-)
+from service.app.call_client import Connection, Credentials, Tls, binding_of, connect
+from service.app.call_errors import CallError, Exit, classify
 from service.app.call_render import EXIT_OF_STATE, Printer, message_text, state_name
 
 T = TypeVar("T")

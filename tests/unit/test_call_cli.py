@@ -13,14 +13,8 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf import json_format
 
 from service.app import call_cli, call_download, call_permission
-from service.app.call_client import (
-    CallError,
-    EventIds,
-    Exit,
-    card_url_of,
-    classify,
-    pick_interface,
-)
+from service.app.call_client import EventIds, card_url_of, pick_interface
+from service.app.call_errors import CallError, Exit, classify
 from service.app.call_render import Printer
 
 ENVELOPE = {
