@@ -11,12 +11,12 @@ BUF    := .tools/node_modules/.bin/buf
 .PHONY: setup run check test test-unit test-integration test-interop lint gen config-reference bench bench-tools clean tools help
 
 # `make` alone is `make setup` (the first target); `make help` lists the targets.
-setup: $(STAMP)  ## create .venv and install the package with its dev dependencies
+setup: $(STAMP)  ## create .venv and install the package with its dev and client (a2a-call) dependencies
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,client]'
 	touch $@
 
 $(BUF):

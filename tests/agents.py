@@ -24,12 +24,21 @@ Commands (the first word of the message):
                    and result, a failed one, then token usage (the a2a_service extension)
   sleep N          says it is working, then sleeps N seconds without a word, then completes
   tick             a status update every 0.05 s until canceled (busy, never silent)
+  permit TARGET    asks for a permission decision with the h13 envelope (a2a_service.input),
+                   acks it (permission_ack), then completes (allow_once) or rejects (deny);
+                   an answer that is not exactly the expected one fails the task
+  permit2 TARGET   as permit, twice in one turn (two decisions)
+  stored NAME BASE TEXT  a stored-file artifact as the files branch makes them: a url part
+                   BASE/SHA256 named NAME with a2a_service.byteSize / sha256 of TEXT
+                   (the test serves the bytes at BASE)
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 
+from gen import a2a_pb2 as pb
 from service.agent import TurnContext
 
 AGENT_SECRET = "sk_live_51Hx9f8e7d6c5b4a39281706f5e4d3c"  # what a careless agent may raise with
@@ -132,6 +141,21 @@ class ScriptedAgent:
                 await asyncio.sleep(0.05)
         elif word == "reject":
             await ctx.reject("no thanks")
+        elif word in ("permit", "permit2"):
+            for _ in range(2 if word == "permit2" else 1):
+                decision = await _permission(ctx, rest or "/bin/true")
+                if decision is None:
+                    return
+                if decision != "allow_once":
+                    await ctx.reject("the caller denied it")
+                    return
+            await ctx.artifact(f"ran {rest}", name="tool")
+        elif word == "stored":
+            name, base, body = (rest.split(" ", 2) + ["", ""])[:3]
+            digest = hashlib.sha256(body.encode()).hexdigest()
+            part = pb.Part(url=f"{base}/{digest}", filename=name, media_type="text/plain")
+            part.metadata.update({"a2a_service": {"byteSize": len(body), "sha256": digest}})
+            await ctx.artifact(part, name=name)
         elif word == "burst":  # many chunks, yielding to the loop between them
             art = None
             for i in range(int(rest or 10)):
@@ -139,6 +163,13 @@ class ScriptedAgent:
                 await asyncio.sleep(0)
         else:
             await ctx.artifact(ctx.text, name="echo")
+
+
+class HumanLoopAgent(ScriptedAgent):
+    """ScriptedAgent that also takes application/json parts (the permission answer)."""
+
+    name = "Human-in-the-loop test agent"
+    input_modes = ["text/plain", "application/json"]
 
 
 class RecordingAgent:
@@ -150,3 +181,19 @@ class RecordingAgent:
     async def run(self, ctx: TurnContext) -> None:
         RecordingAgent.turns.append(ctx.text)
         await ctx.artifact(ctx.text, name="echo")
+
+
+async def _permission(ctx: TurnContext, target: str) -> str | None:
+    """Ask the caller for permission to run TARGET through the server's own side-band
+    (ctx.request_permission: the envelope, the answer check and the ack are the engine's)."""
+    decision = await ctx.request_permission(
+        tool_name="command",
+        title="Run a command",
+        purpose="to test the CLI",
+        effect="runs a program",
+        target=target,
+        read_only=False,
+        summary=f"run {target}",
+        prompt=f"Allow running {target}?",
+    )
+    return decision.decision

@@ -1,4 +1,4 @@
-"""The command line: `python -m service serve | push-dead | card`. `--help` explains every flag."""
+"""The command line: `python -m service serve | push-dead | card | call`. `--help` explains every flag."""
 
 from __future__ import annotations
 
@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     reference.add_argument(
         "--write", metavar="FILE", help="replace the tables between the markers in FILE instead"
     )
+    sub.add_parser(  # parsed by call_cli (main hands `call ...` over before this parser runs)
+        "call", help="call an A2A agent: the a2a-call client (python -m service call --help)"
+    )
     return parser
 
 
@@ -128,6 +131,11 @@ def _config_reference(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["call"]:
+        from service.app import call_cli
+
+        return call_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command_name == "push-dead":
         return push_cli.main(args)

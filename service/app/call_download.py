@@ -1,0 +1,186 @@
+"""`a2a-call download`: a task's stored file artifacts to local files, each checked against
+the SHA-256 (and size) its part declares before it gets its name.
+
+A stored file is a `url` part with `filename`, `mediaType` and metadata
+`a2a_service.sha256` / `a2a_service.byteSize` (on the part or its artifact). The bytes
+are fetched with the run's credentials only from the agent's own origin; a `file://` URL
+(a server on the same host) is read directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from a2a.types import a2a_pb2 as sdk
+
+from service.app.call_client import Connection
+from service.app.call_errors import CallError, Exit
+from service.app.call_metadata import namespace_of
+
+CHUNK = 1 << 16
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    artifact_id: str
+    filename: str
+    url: str
+    sha256: str
+    byte_size: int | None
+
+
+def _whole_number(value: Any) -> int | None:
+    """A byte count from metadata: JSON numbers arrive as doubles, or it may be a string."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def stored_files(task: sdk.Task) -> list[StoredFile]:
+    """The url parts of the task's artifacts that declare a SHA-256."""
+    files = []
+    for artifact in task.artifacts:
+        for part in artifact.parts:
+            if part.WhichOneof("content") != "url":
+                continue
+            meta = namespace_of(part.metadata, artifact.metadata)
+            digest = str(meta.get("sha256", "")).lower()
+            if not _SHA256.fullmatch(digest):
+                continue
+            size = _whole_number(meta.get("byteSize"))
+            files.append(
+                StoredFile(
+                    artifact_id=artifact.artifact_id,
+                    filename=part.filename or artifact.name or digest,
+                    url=part.url,
+                    sha256=digest,
+                    byte_size=size,
+                )
+            )
+    return files
+
+
+def select(files: list[StoredFile], which: str | None, everything: bool) -> list[StoredFile]:
+    if not files:
+        raise CallError(Exit.PROTOCOL, "the task has no stored file artifacts")
+    if everything:
+        return files
+    if which is None:
+        if len(files) == 1:
+            return files
+        names = ", ".join(f.filename for f in files)
+        raise CallError(
+            Exit.USAGE, f"the task has {len(files)} files ({names}): name one, or --all"
+        )
+    chosen = [f for f in files if which in (f.artifact_id, f.filename, f.sha256)]
+    if not chosen:
+        raise CallError(Exit.USAGE, f"no stored file with artifact id or filename {which!r}")
+    return chosen
+
+
+def safe_name(filename: str, fallback: str) -> str:
+    """The last path component, without anything that could leave the target directory."""
+    name = pathlib.PurePosixPath(filename.replace("\\", "/")).name
+    name = "".join(c for c in name if c.isprintable() and c not in "/\0")
+    return name if name not in ("", ".", "..") else fallback
+
+
+def target_path(output: str | None, file: StoredFile, several: bool) -> pathlib.Path:
+    name = safe_name(file.filename, file.sha256)
+    if output is None:
+        return pathlib.Path(name)
+    out = pathlib.Path(output)
+    if several or out.is_dir():
+        return out / name
+    return out
+
+
+async def fetch(conn: Connection, file: StoredFile, dest: pathlib.Path, *, force: bool) -> int:
+    """Write the bytes next to DEST, check them, then rename; returns the byte count."""
+    fd, tmp = _temp_beside(dest, force)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as sink:
+            async for chunk in _chunks(conn, file.url):
+                digest.update(chunk)
+                size += len(chunk)
+                sink.write(chunk)
+        if digest.hexdigest() != file.sha256:
+            raise CallError(
+                Exit.NOT_VERIFIED,
+                f"{file.filename}: SHA-256 {digest.hexdigest()} does not match the declared "
+                f"{file.sha256}; nothing written",
+            )
+        if file.byte_size is not None and size != file.byte_size:
+            raise CallError(
+                Exit.NOT_VERIFIED,
+                f"{file.filename}: {size} bytes, the artifact declares {file.byte_size}; nothing written",
+            )
+        os.replace(tmp, dest)
+    except BaseException:
+        _discard(tmp)
+        raise
+    return size
+
+
+def _temp_beside(dest: pathlib.Path, force: bool) -> tuple[int, str]:
+    """A temporary file in DEST's directory (the rename is then atomic)."""
+    if dest.exists() and not force:
+        raise CallError(Exit.USAGE, f"{dest}: exists (pass --force to overwrite it)")
+    try:
+        return tempfile.mkstemp(prefix=".a2a-call-", dir=dest.parent)
+    except OSError as exc:
+        raise CallError(Exit.USAGE, f"{dest.parent}: cannot write there ({exc.strerror})") from None
+
+
+def _discard(tmp: str) -> None:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+
+
+def _file_chunks(url: str) -> Iterator[bytes]:
+    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                yield chunk
+    except OSError as exc:
+        raise CallError(Exit.PROTOCOL, f"{url}: cannot read it ({exc.strerror})") from None
+
+
+async def _chunks(conn: Connection, url: str) -> AsyncIterator[bytes]:
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme == "file":
+        for chunk in _file_chunks(url):
+            yield chunk
+        return
+    if scheme not in ("http", "https"):
+        raise CallError(Exit.PROTOCOL, f"{url}: not an http(s) or file URL")
+    headers = dict(conn.headers) if conn.same_origin(url) else {}
+    try:
+        async with conn.http.stream("GET", url, headers=headers) as response:
+            if response.status_code in (401, 403):
+                raise CallError(Exit.UNAUTHENTICATED, f"{url}: HTTP {response.status_code}")
+            if response.status_code != 200:
+                raise CallError(Exit.PROTOCOL, f"{url}: HTTP {response.status_code}")
+            async for chunk in response.aiter_bytes(CHUNK):
+                yield chunk
+    except httpx.HTTPError as exc:
+        raise CallError(Exit.UNREACHABLE, f"unreachable: {url}: {type(exc).__name__}") from None

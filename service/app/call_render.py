@@ -1,0 +1,199 @@
+"""a2a-call's output: events and results as they arrive, for a person or for a program.
+
+`--json`: one ProtoJSON object per line on stdout (a StreamResponse per event; the Task,
+ListTasksResponse or AgentCard of the other commands). Otherwise text: on a terminal, status
+updates rewrite one progress line on stderr while artifacts and messages are printed on
+stdout as they arrive; off a terminal every status change is a line of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+from a2a.types import a2a_pb2 as sdk
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from service.app.call_errors import Exit
+
+STATE_NAMES = {
+    value: name.removeprefix("TASK_STATE_").lower().replace("_", "-")
+    for name, value in sdk.TaskState.items()
+}
+EXIT_OF_STATE: dict[int, Exit] = {
+    sdk.TASK_STATE_COMPLETED: Exit.COMPLETED,
+    sdk.TASK_STATE_FAILED: Exit.FAILED,
+    sdk.TASK_STATE_CANCELED: Exit.CANCELED,
+    sdk.TASK_STATE_REJECTED: Exit.CANCELED,
+    sdk.TASK_STATE_INPUT_REQUIRED: Exit.INPUT_REQUIRED,
+    sdk.TASK_STATE_AUTH_REQUIRED: Exit.AUTH_REQUIRED,
+}
+CLEAR_LINE = "\r\x1b[K"
+
+
+def state_name(state: int) -> str:
+    return STATE_NAMES.get(state, str(state))
+
+
+def to_json(message: Message) -> dict[str, Any]:
+    return json_format.MessageToDict(message)
+
+
+def part_text(part: sdk.Part) -> str:
+    kind = part.WhichOneof("content")
+    if kind == "text":
+        return part.text
+    if kind == "data":
+        value = json_format.MessageToDict(part.data)
+        if isinstance(value, dict) and value.get("kind") == "permission_ack":
+            accepted = "accepted" if value.get("accepted") else "not accepted"
+            return f"permission {value.get('decision')} ({accepted})"
+        return json.dumps(value, sort_keys=True)
+    if kind == "url":
+        what = ", ".join(x for x in (part.media_type,) if x)
+        return f"[file {part.filename or '(unnamed)'}{f' ({what})' if what else ''}: {part.url}]"
+    if kind == "raw":
+        return f"[file {part.filename or '(unnamed)'} ({part.media_type or 'bytes'}, {len(part.raw)} bytes inline)]"
+    return ""
+
+
+def message_text(message: sdk.Message) -> str:
+    return " ".join(t for t in (part_text(p) for p in message.parts) if t)
+
+
+class Printer:
+    """Writes one run's output; `progress` is whether a progress line is drawn (a terminal)."""
+
+    def __init__(
+        self,
+        *,
+        as_json: bool,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        self.as_json = as_json
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.progress = (not as_json and self.err.isatty()) if progress is None else progress
+        self._line = ""  # the progress line on screen
+        self._artifacts: set[str] = set()
+
+    # ------------------------------------------------------------------ lines
+
+    def _clear(self) -> None:
+        if self._line:
+            self.err.write(CLEAR_LINE)
+            self.err.flush()
+            self._line = ""
+
+    def say(self, text: str) -> None:
+        """A line for the person (stdout); the progress line moves below it."""
+        line = self._line
+        self._clear()
+        print(text, file=self.out, flush=True)
+        if line:
+            self._status(line)
+
+    def note(self, text: str) -> None:
+        """A remark on stderr (also with --json: stdout stays machine-readable)."""
+        self._clear()
+        print(text, file=self.err, flush=True)
+
+    def _status(self, text: str) -> None:
+        if self.progress:
+            self.err.write(CLEAR_LINE + text[:200])
+            self.err.flush()
+            self._line = text
+        else:
+            print(text, file=self.out, flush=True)
+
+    def done(self) -> None:
+        self._clear()
+
+    # ------------------------------------------------------------------ objects
+
+    def json_line(self, message: Message, **extra: Any) -> None:
+        print(json.dumps({**extra, **to_json(message)}), file=self.out, flush=True)
+
+    def event(self, event: sdk.StreamResponse, event_id: str | None = None) -> None:
+        """One event; with --json its SSE id (HTTP bindings) comes first as `eventId`, the
+        value `subscribe --after` takes."""
+        if self.as_json:
+            if event_id is not None:
+                self.json_line(event, eventId=event_id)
+            else:
+                self.json_line(event)
+            return
+        kind = event.WhichOneof("payload")
+        if kind == "task":
+            task = event.task
+            self._status(f"task {task.id} ({state_name(task.status.state)})")
+            for artifact in task.artifacts:
+                self._artifact(artifact, append=False)
+            if task.status.message.parts:
+                self._status(
+                    f"[{state_name(task.status.state)}] {message_text(task.status.message)}"
+                )
+        elif kind == "status_update":
+            status = event.status_update.status
+            text = message_text(status.message)
+            self._status(f"[{state_name(status.state)}]" + (f" {text}" if text else ""))
+        elif kind == "artifact_update":
+            self._artifact(event.artifact_update.artifact, append=event.artifact_update.append)
+        elif kind == "message":
+            self.say(f"agent: {message_text(event.message)}")
+
+    def _artifact(self, artifact: sdk.Artifact, *, append: bool) -> None:
+        text = " ".join(t for t in (part_text(p) for p in artifact.parts) if t)
+        label = artifact.name or artifact.artifact_id
+        if append and artifact.artifact_id in self._artifacts:
+            self.say(f"  … {text}")
+        else:
+            self._artifacts.add(artifact.artifact_id)
+            self.say(f"artifact {label}: {text}")
+
+    def task(self, task: sdk.Task) -> None:
+        if self.as_json:
+            self.json_line(task)
+            return
+        self.say(f"task {task.id}  context {task.context_id}  {state_name(task.status.state)}")
+        if task.status.message.parts:
+            self.say(f"  status: {message_text(task.status.message)}")
+        for artifact in task.artifacts:
+            self._artifact(artifact, append=False)
+
+    def tasks(self, page: sdk.ListTasksResponse) -> None:
+        if self.as_json:
+            self.json_line(page)
+            return
+        for task in page.tasks:
+            self.say(f"{task.id}  {state_name(task.status.state):<15} context {task.context_id}")
+        more = f"; next page: --page-token {page.next_page_token}" if page.next_page_token else ""
+        self.note(f"{len(page.tasks)} of {page.total_size} tasks{more}")
+
+    def card(self, card: sdk.AgentCard, card_json: dict[str, Any] | None) -> None:
+        if self.as_json:
+            print(json.dumps(card_json if card_json is not None else to_json(card)), file=self.out)
+            return
+        self.say(f"{card.name}  (version {card.version or '-'})")
+        if card.description:
+            self.say(f"  {card.description}")
+        for i in card.supported_interfaces:
+            self.say(
+                f"  interface {i.protocol_binding:<9} {i.url}  (A2A {i.protocol_version or '?'})"
+            )
+        caps = card.capabilities
+        self.say(
+            f"  streaming: {'yes' if caps.streaming else 'no'}, push notifications: "
+            f"{'yes' if caps.push_notifications else 'no'}"
+        )
+        for name in card.security_schemes:
+            self.say(f"  security scheme: {name}")
+        for skill in card.skills:
+            self.say(
+                f"  skill {skill.id}: {skill.name}"
+                + (f" — {skill.description}" if skill.description else "")
+            )

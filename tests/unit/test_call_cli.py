@@ -1,0 +1,187 @@
+"""a2a-call's pure parts: argument order, card URLs, the permission envelope and answer, stored
+file parts, safe file names, error classification and the progress line."""
+
+from __future__ import annotations
+
+import io
+
+import httpx
+import pytest
+from a2a.client import A2AClientError
+from a2a.types import a2a_pb2 as sdk
+from a2a.utils.errors import TaskNotFoundError
+from google.protobuf import json_format
+
+from service.app import call_cli, call_download, call_permission
+from service.app.call_client import EventIds, card_url_of, pick_interface
+from service.app.call_errors import CallError, Exit, classify
+from service.app.call_render import Printer
+
+ENVELOPE = {
+    "schemaVersion": 1,
+    "kind": "permission",
+    "requestTaskId": "t1",
+    "contextId": "c1",
+    "inputId": "i1",
+    "toolUseId": "u1",
+    "toolName": "command",
+    "title": "Run",
+    "target": "make",
+    "readOnly": True,
+    "prompt": "Allow make?",
+    "options": [{"id": "allow_once"}, {"id": "deny"}],
+}
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["http://a", "hi"], ["send", "http://a", "hi"]),
+        (
+            ["--json", "--binding", "grpc", "http://a", "hi"],
+            ["send", "--json", "--binding", "grpc", "http://a", "hi"],
+        ),
+        (
+            ["--json", "get", "http://a", "--task", "t"],
+            ["get", "--json", "http://a", "--task", "t"],
+        ),
+        (["--grpc", "h:1", "list"], ["list", "--grpc", "h:1"]),
+        (["--help"], ["--help"]),
+    ],
+)
+def test_the_command_goes_first_and_send_is_the_default(argv, expected):
+    assert call_cli.normalize(argv) == expected
+
+
+def test_card_urls():
+    assert card_url_of("http://h:1") == "http://h:1/.well-known/agent-card.json"
+    assert card_url_of("http://h:1/agents/x/") == "http://h:1/agents/x/.well-known/agent-card.json"
+    assert card_url_of("https://h/card.json") == "https://h/card.json"
+    with pytest.raises(CallError) as info:
+        card_url_of("h:50051")
+    assert info.value.code == Exit.USAGE and "--grpc" in info.value.message
+
+
+def test_the_first_interface_it_speaks():
+    card = sdk.AgentCard()
+    card.supported_interfaces.add(url="ws://x", protocol_binding="WEBSOCKET")
+    card.supported_interfaces.add(url="h:1", protocol_binding="GRPC")
+    card.supported_interfaces.add(url="http://h", protocol_binding="JSONRPC")
+    assert pick_interface(card, None).protocol_binding == "GRPC"
+    assert pick_interface(card, "JSONRPC").url == "http://h"
+    with pytest.raises(CallError):
+        pick_interface(card, "HTTP+JSON")
+
+
+def _status_event(metadata: dict) -> sdk.StreamResponse:
+    event = sdk.StreamResponse()
+    event.status_update.status.state = sdk.TASK_STATE_INPUT_REQUIRED
+    event.status_update.metadata.update(metadata)
+    return event
+
+
+def test_the_envelope_is_found_nested_dotted_or_in_the_task():
+    assert (
+        call_permission.find_envelope(_status_event({"a2a_service": {"input": ENVELOPE}}))
+        == ENVELOPE
+    )
+    assert call_permission.find_envelope(_status_event({"a2a_service.input": ENVELOPE})) == ENVELOPE
+    task = sdk.Task(id="t1")
+    task.status.message.metadata.update({"a2a_service": {"input": ENVELOPE}})
+    assert call_permission.find_envelope(task)["schemaVersion"] == 1  # an int again
+    not_permission = {**ENVELOPE, "kind": "question"}
+    assert (
+        call_permission.find_envelope(_status_event({"a2a_service": {"input": not_permission}}))
+        is None
+    )
+    assert call_permission.find_envelope(_status_event({"other": 1})) is None
+
+
+def test_the_answer_holds_exactly_the_correlation_fields_and_the_decision():
+    message = call_permission.answer(ENVELOPE, "deny")
+    assert message.role == sdk.ROLE_USER and message.task_id == "t1" and message.context_id == "c1"
+    [part] = message.parts
+    assert part.media_type == "application/json"
+    assert json_format.MessageToDict(part.data) == {
+        "schemaVersion": 1,
+        "kind": "permission",
+        "requestTaskId": "t1",
+        "inputId": "i1",
+        "toolUseId": "u1",
+        "decision": "deny",
+    }
+
+
+def test_the_prompt_asks_until_allow_or_deny_and_eof_denies():
+    answers = iter(["maybe\n", "a\n"])
+    out = io.StringIO()
+    assert call_permission.prompt(ENVELOPE, lambda: next(answers), out) == "allow_once"
+    assert "target: make" in out.getvalue() and "readOnly: yes" in out.getvalue()
+    assert "Answer a (allow once) or d (deny)." in out.getvalue()
+    assert call_permission.prompt(ENVELOPE, lambda: "", io.StringIO()) == "deny"
+
+
+def test_stored_files_and_safe_names():
+    task = sdk.Task(id="t")
+    art = task.artifacts.add(artifact_id="a1", name="r")
+    part = art.parts.add(url="http://h/tasks/t/files/" + "ab" * 32, filename="../r.txt")
+    part.metadata.update({"a2a_service": {"sha256": "AB" * 32, "byteSize": 3}})
+    art.parts.add(url="http://h/no-hash", filename="x")  # not a stored file
+    [stored] = call_download.stored_files(task)
+    assert stored.sha256 == "ab" * 32 and stored.byte_size == 3 and stored.artifact_id == "a1"
+    assert call_download.safe_name("../../etc/passwd", "f") == "passwd"
+    assert call_download.safe_name("..", "fallback") == "fallback"
+    assert call_download.safe_name("a\\..\\b.txt", "f") == "b.txt"
+
+
+def test_errors_map_to_exit_codes():
+    request = httpx.Request("POST", "http://h/")
+    status_401 = httpx.HTTPStatusError("x", request=request, response=httpx.Response(401))
+    try:
+        raise A2AClientError("HTTP Error 401") from status_401
+    except A2AClientError as exc:
+        assert classify(exc).code == Exit.UNAUTHENTICATED
+    try:
+        raise A2AClientError("Network communication error") from httpx.ConnectError("refused")
+    except A2AClientError as exc:
+        assert classify(exc).code == Exit.UNREACHABLE
+    assert classify(TaskNotFoundError("Task x not found.")).code == Exit.PROTOCOL
+    assert "TaskNotFound" in classify(TaskNotFoundError("Task x not found.")).message
+
+
+def test_the_progress_line_is_rewritten_and_cleared():
+    out, err = io.StringIO(), io.StringIO()
+    printer = Printer(as_json=False, out=out, err=err, progress=True)
+    event = sdk.StreamResponse()
+    event.status_update.status.state = sdk.TASK_STATE_WORKING
+    event.status_update.status.message.parts.add(text="step 1")
+    printer.event(event)
+    printer.say("artifact x: y")
+    printer.done()
+    assert err.getvalue() == "\r\x1b[K[working] step 1\r\x1b[K\r\x1b[K[working] step 1\r\x1b[K"
+    assert out.getvalue() == "artifact x: y\n"
+
+
+async def test_event_ids_are_noted_across_chunk_boundaries():
+    ids = EventIds()
+    body = (
+        b": keep-alive\n\nid: 1\ndata: {}\n\nid: 2\r\nevent: message\r\ndata: {}\r\n\r\n"
+        b"data: {}\n\nid: 7\ndata: {}\n\n"
+    )
+
+    class Chunks(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            for i in range(0, len(body), 5):  # split anywhere
+                yield body[i : i + 5]
+
+    response = httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Chunks())
+    await ids.hook(response)
+    assert b"".join([c async for c in response.aiter_raw()]) == body  # passed through unchanged
+    # the comment is no event; an event without id keeps the last one (SSE)
+    assert [ids.take(), ids.take(), ids.take(), ids.take(), ids.take()] == [
+        "1",
+        "2",
+        "2",
+        "7",
+        None,
+    ]
