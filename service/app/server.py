@@ -54,7 +54,7 @@ from service.net.limits import grpc_server_options, raise_nofile_limit
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
-from service.store import Store, open_store
+from service.store import Store, open_store, redact_url
 
 log = logging.getLogger("service")
 
@@ -486,12 +486,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _safe_store(url: str) -> str:
-    """The store URL without credentials, for logs."""
-    scheme, sep, rest = url.partition("://")
-    if sep and "@" in rest:
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+_safe_store = redact_url  # the store (or bus) URL without credentials, for logs
 
 
 async def serve(settings: Settings) -> None:

@@ -42,6 +42,11 @@ class TaskPage:
     next_cursor: tuple[int, str] | None  # None on the last page
 
 
+class WriteConflict(RuntimeError):
+    """A save lost to another writer of the same task (a store shared by several processes
+    holds the line: two writers cannot both append one sequence number)."""
+
+
 class StoredEvent(NamedTuple):
     """One numbered event of a task (several per turn: a tuple is the cheapest record)."""
 
