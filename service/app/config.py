@@ -19,6 +19,7 @@ from service.auth import settings as security
 from service.auth.settings import SecuritySettings
 from service.cards import signing
 from service.cards.signing import SigningSettings
+from service.engine.settings import ClusterSettings, validate_cluster
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
 from service.push.settings import PushSettings, validate_push
@@ -31,7 +32,9 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Settings(PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings):
+class Settings(
+    PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings, ClusterSettings
+):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
     host: str = "127.0.0.1"
@@ -200,6 +203,7 @@ def validate(s: Settings) -> None:
         signing.validate_signing,
         security.validate_security,
         validate_netlimits,
+        validate_cluster,
     ):
         try:
             check(s)

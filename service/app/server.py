@@ -45,8 +45,12 @@ from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
-from service.engine.bus import InProcessBus
+from service.engine.bus import EventBus
+from service.engine.cluster import Cluster
+from service.engine.peers import Peers
+from service.engine.redis_bus import RedisBus
 from service.engine.registry import Engine
+from service.engine.settings import open_bus, shares_ports
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
@@ -131,6 +135,8 @@ class Service:
     http: HttpServer | None = None
     invoker: Invoker | None = None
     push: PushNotifications | None = None
+    bus: EventBus | None = None
+    peers: Peers | None = None  # several processes on a shared store and bus
     signer: CardSigner | None = None  # None: cards are not signed
     auth: Authenticator | None = None  # None: authentication is off
     tls: TlsFiles | None = None
@@ -158,7 +164,7 @@ class Service:
             if s.http_port >= 0:
                 # Bound first: the agent card must advertise the real port (--http-port 0).
                 with _setting("http_port"):
-                    self.http = HttpServer(s.host, s.http_port)
+                    self.http = HttpServer(s.host, s.http_port, reuse_port=shares_ports(s))
                 self.http_port = self.http.port
             if self.auth is not None and self.auth.jwt is not None:
                 await self.auth.jwt.keys.prime()
@@ -264,13 +270,24 @@ class Service:
         if s.push_notifications:
             with _setting(push_key):
                 self.push = PushNotifications.from_settings(s, self.store, s.data_dir)
+        with _setting("bus"):
+            try:
+                # In-process (one process), or Redis shared by every replica.
+                self.bus = await open_bus(s)
+            except RuntimeError as exc:
+                raise StartupError(f"bus: cannot reach {_safe_store(s.bus)} ({exc})") from None
         self.engine = Engine(
             self.store,
             agent,
-            bus=InProcessBus(),  # one process: events fan out in memory
+            bus=self.bus,
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,
         )
+        if isinstance(self.bus, RedisBus):  # several processes behave as one
+            self.peers = Peers(self.engine, Cluster(self.bus, s.lease_seconds, s.bus_prefix))
+            self.engine.peers = self.peers
+            with _setting("bus"):
+                await self.peers.start()
         lost = await self.engine.recover()
         if lost:
             log.warning(
@@ -284,7 +301,7 @@ class Service:
             options=[
                 ("grpc.max_receive_message_length", s.max_request_bytes),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if shares_ports(s) else 0),  # --workers
                 # connection limits, keepalive, idle and age (service/net/limits.py)
                 *grpc_server_options(s),
             ]
@@ -445,11 +462,26 @@ class Service:
             await self.invoker.close()
         if self.push is not None:
             await self.push.stop()
+        if self.peers is not None:
+            await self.peers.cluster.stop()  # survivors need not wait a lease for our tasks
+        if isinstance(self.bus, RedisBus):
+            await self.bus.close()
         if self.store is not None:
             await self.store.close()
         self.ownership.release()
         if self._started:
             log.info("stopped")
+
+    async def dependency_problems(self) -> dict[str, str]:
+        """What is down among the shared parts (store, bus), by setting name: for readiness."""
+        problems = {}
+        for key, part in (("store", self.store), ("bus", self.bus)):
+            check = getattr(part, "health", None)
+            if check is not None:
+                problem = await check()
+                if problem:
+                    problems[key] = problem
+        return problems
 
     def _busy(self) -> bool:
         """Work a drain waits for: running turns, and HTTP requests in flight."""

@@ -3,7 +3,8 @@
 The engine publishes each event after it is committed to the store, in
 sequence order. Each subscriber has its own queue, so a slow or departed
 subscriber never affects another. `InProcessBus` serves one process; the
-composition root chooses the bus and hands it to the engine.
+composition root chooses the bus and hands it to the engine; `RedisBus`
+(service.engine.redis_bus) serves several processes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from gen import a2a_pb2 as pb
 from service.store import StoredEvent
 
 
@@ -38,6 +40,11 @@ class EventBus(Protocol):
         """End every subscription with `error` (shutdown); returns how many."""
         ...
 
+
+# An item a shared bus hands its subscribers when they may have missed events (a reconnect,
+# a dropped publish, the start of a subscription): catch up from the store after the last
+# sequence yielded. A process-local bus never sends it.
+RESYNC = StoredEvent(-1, pb.StreamResponse())
 
 _CLOSED = None  # queue sentinel: the publisher closed the topic
 
@@ -99,6 +106,10 @@ class InProcessBus:
                 ended += 1
         self._topics.clear()
         return ended
+
+    def has_topic(self, key: str) -> bool:
+        """Whether anyone here still subscribes to `key`."""
+        return key in self._topics
 
     def _drop(self, sub: QueueSubscription) -> None:
         subs = self._topics.get(sub.key)

@@ -11,6 +11,7 @@ from service.store.base import (
     TaskQuery,
     TaskStore,
     WriteConflict,
+    snapshot_with_seq,
 )
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "TaskStore",
     "WriteConflict",
     "open_store",
+    "snapshot_with_seq",
 ]
 
 

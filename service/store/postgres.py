@@ -365,6 +365,10 @@ class PostgresTaskStore:
     async def list(self, scope: Scope, query: TaskQuery) -> TaskPage:
         return await self._read(_r_list, scope, query)
 
+    async def get_with_seq(self, scope: Scope, task_id: str) -> tuple[pb.Task, int] | None:
+        """The snapshot and its last event's sequence, from one row (see SnapshotReader)."""
+        return await self._read(_r_get_with_seq, scope, task_id)
+
     async def events_after(
         self, scope: Scope, task_id: str, seq: int
     ) -> builtins.list[StoredEvent]:
@@ -452,6 +456,18 @@ async def _r_get(conn: asyncpg.Connection, scope: Scope, task_id: str) -> pb.Tas
         task_id,
     )
     return pb.Task.FromString(raw) if raw is not None else None
+
+
+async def _r_get_with_seq(
+    conn: asyncpg.Connection, scope: Scope, task_id: str
+) -> tuple[pb.Task, int] | None:
+    row = await conn.fetchrow(
+        "SELECT snapshot, last_seq FROM a2a_tasks WHERE tenant = $1 AND owner = $2 AND id = $3",
+        scope.tenant,
+        scope.owner,
+        task_id,
+    )
+    return None if row is None else (pb.Task.FromString(row[0]), int(row[1]))
 
 
 async def _r_list(conn: asyncpg.Connection, scope: Scope, query: TaskQuery) -> TaskPage:
