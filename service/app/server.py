@@ -94,15 +94,17 @@ def _os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def _bind_reason(host: str, port: int) -> str:
+def _bind_reason(host: str, port: int, reuse_port: bool = False) -> str:
     """Why gRPC could not listen on host:port ('' if a bind works): grpc itself only says
-    "Failed to bind", so try the bind here."""
+    "Failed to bind", so try the bind here (`reuse_port`: as a worker sharing it)."""
     try:
         infos = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
         with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             probe.bind(infos[0][4])
     except OSError as exc:
         return exc.strerror or os.strerror(exc.errno or errno.EADDRINUSE)
@@ -308,7 +310,7 @@ class Service:
         )
         address = f"{s.host}:{s.grpc_port}"
         if s.grpc_port:  # find a taken port here: grpc would log its own error lines first
-            reason = _bind_reason(s.host, s.grpc_port)
+            reason = _bind_reason(s.host, s.grpc_port, shares_ports(s))
             if reason:
                 raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
         try:
@@ -319,7 +321,9 @@ class Service:
         except RuntimeError:
             self.grpc_port = 0
         if not self.grpc_port:
-            reason = _bind_reason(s.host, s.grpc_port) or "the port could not be bound"
+            reason = (
+                _bind_reason(s.host, s.grpc_port, shares_ports(s)) or "the port could not be bound"
+            )
             raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
         self.cards = self._cards(agent)
         self.api = A2AApi(
