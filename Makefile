@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 
-.PHONY: setup run check test test-unit test-integration test-interop lint gen bench clean tools help
+.PHONY: setup run check test test-unit test-integration test-interop lint gen bench bench-tools clean tools help
 
 # `make` alone is `make setup` (the first target); `make help` lists the targets.
 setup: $(STAMP)  ## create .venv and install the package with its dev dependencies
@@ -58,8 +58,13 @@ lint: setup tools  ## buf lint the proto, ruff check the Python
 gen: setup  ## regenerate the gRPC code under gen/ from proto/
 	$(PY) proto/codegen.py
 
-bench: setup  ## run the benchmarks (tests/bench/run.py)
+bench: setup bench-tools  ## run the benchmarks (tests/bench/run.py)
 	$(PY) tests/bench/run.py
+
+# The scale-out bench drives the servers with h2load (native: the load generator must not be
+# the bottleneck), from Debian's nghttp2-client.
+bench-tools:  ## install h2load (Debian nghttp2-client) for the scale-out bench
+	@command -v h2load >/dev/null || { apt-get update -qq && apt-get install -y -qq nghttp2-client; }
 
 clean:  ## remove .venv, .tools, build/ and egg-info
 	rm -rf $(VENV) .tools build *.egg-info

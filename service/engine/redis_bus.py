@@ -107,6 +107,8 @@ class RedisBus:
         self._pubsub: aioredis.client.PubSub | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()  # the subscriber loop has channels to (un)subscribe
+        self._subscribed: set[bytes] = set()  # channels the current connection subscribed
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self.connected = False  # the subscriber connection is up and subscribed
 
     # ---------------------------------------------------------------- lifecycle
@@ -129,9 +131,9 @@ class RedisBus:
         ]
 
     async def close(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._side_tasks]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._side_tasks, return_exceptions=True)
         self._tasks = []
         if self._pubsub is not None:
             await self._pubsub.aclose()
@@ -160,8 +162,21 @@ class RedisBus:
         channel = self.channel(key)
         if channel not in self._channels:
             self._channels[channel] = key
-            self._wake.set()  # subscribed by the loop; its confirmation RESYNCs the topic
+            self._wake.set()  # the loop reconciles; its confirmation RESYNCs the topic
+            pubsub = self._pubsub
+            if self.connected and pubsub is not None and channel not in self._subscribed:
+                # Now rather than at the loop's next turn (a cancel waits on this).
+                self._subscribed.add(channel)
+                task = asyncio.get_running_loop().create_task(self._subscribe_now(pubsub, channel))
+                self._side_tasks.add(task)
+                task.add_done_callback(self._side_tasks.discard)
         return sub
+
+    async def _subscribe_now(self, pubsub: aioredis.client.PubSub, channel: bytes) -> None:
+        try:
+            await pubsub.subscribe(channel)
+        except (RedisError, OSError):
+            self._subscribed.discard(channel)  # the loop reconnects and subscribes again
 
     def publish(self, key: str, events: list[StoredEvent]) -> None:
         self._local.publish(key, events)
@@ -246,7 +261,7 @@ class RedisBus:
             assert self._client is not None
             pubsub = self._client.pubsub()
             self._pubsub = pubsub
-            subscribed: set[bytes] = set()
+            subscribed = self._subscribed = set()
             try:
                 # Our control channel: it also makes the connection now.
                 await pubsub.subscribe(self.control_channel(self._origin))
@@ -257,10 +272,13 @@ class RedisBus:
                 while True:
                     wanted = set(self._channels)
                     if wanted - subscribed:
-                        await pubsub.subscribe(*(wanted - subscribed))
+                        more = wanted - subscribed
+                        subscribed |= more
+                        await pubsub.subscribe(*more)
                     if subscribed - wanted:
-                        await pubsub.unsubscribe(*(subscribed - wanted))
-                    subscribed = wanted
+                        fewer = subscribed - wanted
+                        subscribed -= fewer
+                        await pubsub.unsubscribe(*fewer)
                     self._wake.clear()
                     message = await pubsub.get_message(timeout=0.05)
                     while message is not None:

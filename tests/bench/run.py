@@ -12,6 +12,9 @@
    handler returning a fixed JSON body and the a2a-sdk 1.3.0 JSON-RPC server (http_bench.py).
 5. Push notifications delivered per second to a fast loopback receiver, local-file queue and
    redis-streams (push_bench.py).
+6. Scale-out: SendMessage over gRPC and JSON-RPC driven by h2load against one process on
+   SQLite, one on PostgreSQL + Redis and `--workers 2`; cross-process cancel and event
+   latency (scale_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -51,6 +54,7 @@ from tests.bench.common import (  # noqa: E402
 )
 from tests.bench.http_bench import bench_http  # noqa: E402
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
+from tests.bench.scale_bench import bench_scale, report_scale  # noqa: E402
 
 PY = sys.executable
 CHUNK_AGENT = "tests.bench.agents:ChunkAgent"
@@ -655,6 +659,8 @@ def report(results: dict, args) -> str:
             )
     if "push" in results:
         out.append(report_push(results["push"]))
+    if "scale" in results:
+        out.append(report_scale(results["scale"]))
     return "\n".join(out)
 
 
@@ -693,8 +699,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push",
-        help="comma list of: send, stream, list, http, push",
+        default="send,stream,list,http,push,scale",
+        help="comma list of: send, stream, list, http, push, scale",
     )
     p.add_argument(
         "--duration",
@@ -745,6 +751,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="store.save calls gathered at once when filling",
     )
     p.add_argument(
+        "--scale-requests", type=int, help="h2load requests per scale-out row (default 4000)"
+    )
+    p.add_argument(
+        "--scale-connections", type=int, default=16, help="h2load connections (default 16)"
+    )
+    p.add_argument(
+        "--scale-samples", type=int, help="cancel and event latency samples (default 100)"
+    )
+    p.add_argument(
         "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
     )
     args = p.parse_args(argv)
@@ -758,6 +773,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         large_tasks=20_000 if quick else 100_000,
         small_tasks=1000,
         list_calls=50 if quick else 200,
+        scale_requests=600 if quick else 4000,
+        scale_samples=20 if quick else 100,
     )
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -766,7 +783,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push"}
+    parts = {"send", "stream", "list", "http", "push", "scale"}
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -795,6 +812,7 @@ async def amain(args) -> dict:
             ("list", "list_tasks", "ListTasks", bench_list),
             ("http", "http", "SendMessage over HTTP", bench_http),
             ("push", "push", "Push delivery", bench_push),
+            ("scale", "scale", "Scale-out", bench_scale),
         )
         try:
             for name, key, title, bench in sections:
