@@ -57,6 +57,7 @@ async def cluster(tmp_path):
 
     class Cluster:
         database = name
+        store_url = url
         redis = redis_server
 
         async def start(self, *extra: str) -> Replica:
@@ -405,3 +406,21 @@ async def test_two_workers_share_the_ports_and_behave_as_one(cluster):
         listed = (await http.get("/tasks", headers=V1, params={"pageSize": 100})).json()
     assert listed["totalSize"] == 20
     assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
+
+
+async def test_readiness_names_what_is_down(cluster, start_service):
+    # In process, on the cluster's database and Redis: what a readiness probe can report.
+    service = await start_service(
+        store=cluster.store_url, bus=cluster.redis.url, agent="tests.agents:ScriptedAgent"
+    )
+    assert await service.dependency_problems() == {}
+    await cut_access(cluster.database)
+    try:
+        problems = await service.dependency_problems()
+        assert problems == {"store": "PostgreSQL unreachable"}
+    finally:
+        await restore_access(cluster.database)
+    await asyncio.to_thread(cluster.redis.stop)
+    problems = await service.dependency_problems()
+    assert set(problems) >= {"bus"} and problems["bus"].startswith("Redis")
+    await asyncio.to_thread(cluster.redis.start)
