@@ -57,6 +57,14 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+# KEYS[1] owner key; ARGV[1] alive-key prefix: the owner while its alive key exists, else nil.
+_LIVE_OWNER = """
+local cur = redis.call('GET', KEYS[1])
+if cur and redis.call('EXISTS', ARGV[1] .. cur) == 1 then return cur end
+return false
+"""
+
+
 class Cluster:
     def __init__(self, bus: RedisBus, lease_seconds: float, prefix: str) -> None:
         self.bus = bus
@@ -156,14 +164,12 @@ class Cluster:
         return None if owner == self.me else owner
 
     async def live_owner(self, key: str) -> str | None:
-        """The live process (not us) that runs the task, or None."""
-        owner = await self.bus.client.get(self.owner_key(key))
+        """The live process (not us) that runs the task, or None (one round trip)."""
+        owner = await self.bus.client.eval(_LIVE_OWNER, 1, self.owner_key(key), self.alive_key(""))
         if owner is None:
             return None
         member = _text(owner)
-        if member == self.me or not await self.bus.client.exists(self.alive_key(member)):
-            return None
-        return member
+        return None if member == self.me else member
 
     async def recorded_owner(self, key: str) -> tuple[str | None, bool]:
         """(owner id or None, whether that owner is alive)."""
