@@ -61,12 +61,13 @@ gen: setup  ## regenerate the gRPC code under gen/ from proto/
 config-reference: setup  ## regenerate the README's configuration tables from the settings sections
 	$(PY) -m service config-reference --write README.md
 
-bench: setup  ## run the benchmarks (tests/bench/run.py)
+bench: setup bench-tools  ## run the benchmarks (tests/bench/run.py)
 	$(PY) tests/bench/run.py
 
-# The burst bench floods with wrk when it is installed (else with its own asyncio flood).
-bench-tools:  ## install wrk, the burst bench's load generator (Debian/Ubuntu: apt-get, as root)
-	@command -v wrk >/dev/null 2>&1 || apt-get install -y wrk
+# Native load generators (the load generator must not be the bottleneck), from Debian's
+# packages: h2load (nghttp2-client) drives the scale-out bench, wrk floods in the burst bench.
+bench-tools:  ## install h2load (nghttp2-client) and wrk for the benchmarks (Debian: apt-get, as root)
+	@command -v h2load >/dev/null && command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq nghttp2-client wrk; }
 	@wrk --version 2>&1 | head -n 1
 
 clean:  ## remove .venv, .tools, build/ and egg-info

@@ -41,8 +41,15 @@ class _EmbeddedServer(uvicorn.Server):
         yield  # signals belong to the process's composition root
 
 
-def bind(host: str, port: int, factory: type[socket.socket] = socket.socket) -> socket.socket:
-    """A listening TCP socket on host:port (port 0 picks a free one), made by `factory`."""
+def bind(
+    host: str,
+    port: int,
+    factory: type[socket.socket] = socket.socket,
+    reuse_port: bool = False,
+) -> socket.socket:
+    """A listening TCP socket on host:port (port 0 picks a free one), made by `factory`;
+    `reuse_port`: SO_REUSEPORT, so worker processes share the port (the kernel spreads
+    new connections over them)."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, address = infos[0]
     # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on such sockets, and
@@ -50,6 +57,8 @@ def bind(host: str, port: int, factory: type[socket.socket] = socket.socket) -> 
     sock = factory(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(address)
@@ -62,9 +71,9 @@ def bind(host: str, port: int, factory: type[socket.socket] = socket.socket) -> 
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, reuse_port: bool = False) -> None:
         try:
-            self.sock: GuardedListener = bind(host, port, GuardedListener)  # type: ignore[assignment]
+            self.sock: GuardedListener = bind(host, port, GuardedListener, reuse_port)  # type: ignore[assignment]
         except OSError as exc:
             raise OSError(
                 f"cannot listen for HTTP on {host}:{port} ({exc.strerror or exc})"

@@ -25,6 +25,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m service serve --host 127.0.0.1 ARGS` to its end (startup failures)."""
+    return subprocess.run(
+        [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 class ServerProcess:
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.grpc_port = free_port()

@@ -8,7 +8,7 @@ import logging
 import pathlib
 import sys
 
-from service.app import card_cli, config, config_doc, push_cli
+from service.app import card_cli, config, config_doc, push_cli, workers
 from service.net import logflood, logs
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
@@ -50,7 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--store",
-        help="task store URL: sqlite:PATH (default sqlite:DATA_DIR/tasks.db) or memory: (not durable)",
+        help="task store URL: sqlite:PATH (default sqlite:DATA_DIR/tasks.db), memory: (not durable),"
+        " or postgresql://USER@HOST/DB (shared by several processes)",
+    )
+    serve.add_argument(
+        "--bus",
+        help="event bus shared by several processes: redis://HOST:6379/0 (default: in-process)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="processes on this host sharing the ports (default 1; >1 needs a postgresql store"
+        " and a redis bus)",
     )
     serve.add_argument(
         "--agent",
@@ -151,6 +162,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(settings.log_level, settings.log_format)  # JSON lines unless on a terminal
     logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
+    try:
+        workers.check_workers(settings)
+    except config.ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    if settings.workers > 1:
+        if not workers.is_worker():
+            return workers.run_workers(settings, list(sys.argv[1:] if argv is None else argv))
+        workers.as_worker(settings)
     from service.app.server import StartupError, serve
 
     try:

@@ -23,6 +23,7 @@ from service.cards.signing import SigningSettings
 from service.engine.files import FileSettings, validate_files
 from service.engine.limits import LimitSettings, validate_limits
 from service.engine.retention import RetentionSettings, validate_retention
+from service.engine.settings import ClusterSettings, validate_cluster
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
 from service.net.logs import LogSettings, validate_logs
@@ -51,6 +52,7 @@ class Settings(
     ProbeSettings,
     LimitSettings,
     RetentionSettings,
+    ClusterSettings,
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
@@ -69,7 +71,7 @@ class Settings(
     store: str = field(
         default="",
         metadata={
-            "help": "`sqlite:PATH` or `memory:` (tests and benchmarks; not durable)",
+            "help": "`sqlite:PATH`, `memory:` (tests and benchmarks; not durable), or `postgresql://USER[:PASSWORD]@HOST[:PORT]/DB` (shared by several processes, see [Scale-out](#scale-out)); query parameters of a PostgreSQL URL are server settings, e.g. `?search_path=a2a`",
             "default": "`sqlite:DATA_DIR/tasks.db`",
         },
     )
@@ -314,6 +316,7 @@ def validate(s: Settings) -> None:
         validate_probes,
         validate_limits,
         validate_retention,
+        validate_cluster,
     ):
         try:
             check(s)

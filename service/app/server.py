@@ -49,23 +49,27 @@ from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
-from service.engine.bus import InProcessBus
+from service.engine.bus import EventBus
+from service.engine.cluster import Cluster
 from service.engine.files import FileArtifacts
 from service.engine.limits import RateLimiter, Slots
+from service.engine.peers import Peers
+from service.engine.redis_bus import RedisBus
 from service.engine.registry import Engine
 from service.engine.retention import PurgeHook, TaskRetention, parse_duration, sweep_interval
+from service.engine.settings import open_bus, shares_ports
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net import logs
 from service.net.access import AccessLog
 from service.net.limits import grpc_server_options, raise_nofile_limit
-from service.net.readiness import Readiness
+from service.net.readiness import Readiness, from_health
 from service.permission.policy import policy_from_settings as permission_policy
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
-from service.store import Scope, Store, open_store
+from service.store import Scope, Store, open_store, redact_url
 from service.store.blobs import LocalBlobStore
 
 log = logging.getLogger("service")
@@ -102,15 +106,17 @@ def _os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def _bind_reason(host: str, port: int) -> str:
+def _bind_reason(host: str, port: int, reuse_port: bool = False) -> str:
     """Why gRPC could not listen on host:port ('' if a bind works): grpc itself only says
-    "Failed to bind", so try the bind here."""
+    "Failed to bind", so try the bind here (`reuse_port`: as a worker sharing it)."""
     try:
         infos = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
         with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             probe.bind(infos[0][4])
     except OSError as exc:
         return exc.strerror or os.strerror(exc.errno or errno.EADDRINUSE)
@@ -146,6 +152,8 @@ class Service:
     invoker: Invoker | None = None
     push: PushNotifications | None = None
     files: FileArtifacts | None = None  # stored file artifacts (in-process mode)
+    bus: EventBus | None = None
+    peers: Peers | None = None  # several processes on a shared store and bus
     signer: CardSigner | None = None  # None: cards are not signed
     auth: Authenticator | None = None  # None: authentication is off
     tls: TlsFiles | None = None
@@ -183,7 +191,7 @@ class Service:
             if s.http_port >= 0:
                 # Bound first: the agent card must advertise the real port (--http-port 0).
                 with _setting("http_port"):
-                    self.http = HttpServer(s.host, s.http_port)
+                    self.http = HttpServer(s.host, s.http_port, reuse_port=shares_ports(s))
                 self.http_port = self.http.port
             if self.auth is not None and self.auth.jwt is not None:
                 await self.auth.jwt.keys.prime()
@@ -214,8 +222,12 @@ class Service:
         implementation is checked through its own seam's cheapest read, so any new one (a
         PostgreSQL store, a Redis bus) is covered once it is wired here."""
         store, push = self.store, self.push
-        if store is not None:
-            self.readiness.add("store", lambda: store.get(Scope(), "readiness-check"))
+        for name, part in (("store", store), ("bus", self.bus)):
+            health = getattr(part, "health", None)  # a shared store or bus says what is down
+            if health is not None:
+                self.readiness.add(name, from_health(health))
+            elif name == "store" and store is not None:
+                self.readiness.add("store", lambda: store.get(Scope(), "readiness-check"))
         if push is not None:
             self.readiness.add(
                 "push_queue", lambda: push.queue.cursors(("", "", "readiness-check"))
@@ -335,10 +347,16 @@ class Service:
                 self.push = PushNotifications.from_settings(s, self.store, s.data_dir)
         blobs = self._blob_store()
         self.files = self._file_artifacts(blobs)
+        with _setting("bus"):
+            try:
+                # In-process (one process), or Redis shared by every replica.
+                self.bus = await open_bus(s)
+            except RuntimeError as exc:
+                raise StartupError(f"bus: cannot reach {_safe_store(s.bus)} ({exc})") from None
         self.engine = Engine(
             self.store,
             agent,
-            bus=InProcessBus(),  # one process: events fan out in memory
+            bus=self.bus,
             on_commit=self.push.on_commit if self.push else None,
             event_pace=s.store_commit_interval_ms / 1000,
             files=self.files,
@@ -352,6 +370,11 @@ class Service:
             inactivity_timeout=s.turn_inactivity_timeout_seconds,
             max_turn_seconds=s.max_turn_seconds,
         )
+        if isinstance(self.bus, RedisBus):  # several processes behave as one
+            self.peers = Peers(self.engine, Cluster(self.bus, s.lease_seconds, s.bus_prefix))
+            self.engine.peers = self.peers
+            with _setting("bus"):
+                await self.peers.start()
         lost = await self.engine.recover()
         if lost:
             log.warning(
@@ -366,14 +389,14 @@ class Service:
             options=[
                 ("grpc.max_receive_message_length", s.max_request_bytes),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if shares_ports(s) else 0),  # --workers
                 # connection limits, keepalive, idle and age (service/net/limits.py)
                 *grpc_server_options(s),
             ]
         )
         address = f"{s.host}:{s.grpc_port}"
         if s.grpc_port:  # find a taken port here: grpc would log its own error lines first
-            reason = _bind_reason(s.host, s.grpc_port)
+            reason = _bind_reason(s.host, s.grpc_port, shares_ports(s))
             if reason:
                 raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
         try:
@@ -384,7 +407,9 @@ class Service:
         except RuntimeError:
             self.grpc_port = 0
         if not self.grpc_port:
-            reason = _bind_reason(s.host, s.grpc_port) or "the port could not be bound"
+            reason = (
+                _bind_reason(s.host, s.grpc_port, shares_ports(s)) or "the port could not be bound"
+            )
             raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
         self.cards = self._cards(agent)
         self.api = A2AApi(
@@ -605,6 +630,10 @@ class Service:
             await self.invoker.close()
         if self.push is not None:
             await self.push.stop()
+        if self.peers is not None:
+            await self.peers.cluster.stop()  # survivors need not wait a lease for our tasks
+        if isinstance(self.bus, RedisBus):
+            await self.bus.close()
         if self.store is not None:
             await self.store.close()
         if self.files is not None:
@@ -612,6 +641,11 @@ class Service:
         self.ownership.release()
         if self._started:
             log.info("stopped")
+
+    async def dependency_problems(self) -> dict[str, str]:
+        """What is down among the parts every call needs, by name (a fresh readiness check)."""
+        await self.readiness.refresh()
+        return dict(self.readiness.failing)
 
     def _busy(self) -> bool:
         """Work a drain waits for: running turns, and HTTP requests in flight."""
@@ -648,12 +682,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _safe_store(url: str) -> str:
-    """The store URL without credentials, for logs."""
-    scheme, sep, rest = url.partition("://")
-    if sep and "@" in rest:
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+_safe_store = redact_url  # the store (or bus) URL without credentials, for logs
 
 
 async def serve(settings: Settings) -> None:

@@ -5,8 +5,9 @@ sequence order. Each subscriber has its own queue, so a slow or departed
 subscriber never affects another. A topic is one task (its key names the
 tenant, owner and task, never a run), so a subscription outlives the run
 that was live when it began: a paused task's subscriber hears the run that
-a follow-up starts later. `InProcessBus` serves one process; the
-composition root chooses the bus and hands it to the engine.
+a follow-up starts later. `InProcessBus` serves one process, `RedisBus`
+(service.engine.redis_bus) several; the composition root chooses the bus and
+hands it to the engine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from gen import a2a_pb2 as pb
 from service.store import StoredEvent
 
 
@@ -42,6 +44,11 @@ class EventBus(Protocol):
         """End every subscription with `error` (shutdown); returns how many."""
         ...
 
+
+# An item a shared bus hands its subscribers when they may have missed events (a reconnect,
+# a dropped publish, the start of a subscription): catch up from the store after the last
+# sequence yielded. A process-local bus never sends it.
+RESYNC = StoredEvent(-1, pb.StreamResponse())
 
 _CLOSED = None  # queue sentinel: the publisher closed the topic
 
@@ -103,6 +110,10 @@ class InProcessBus:
                 ended += 1
         self._topics.clear()
         return ended
+
+    def has_topic(self, key: str) -> bool:
+        """Whether anyone here still subscribes to `key`."""
+        return key in self._topics
 
     def _drop(self, sub: QueueSubscription) -> None:
         subs = self._topics.get(sub.key)

@@ -10,14 +10,15 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
-from service.engine.bus import EventBus, Subscription
+from service.engine.bus import RESYNC, EventBus, Subscription
 from service.engine.files import FileArtifacts, StoredFile
 from service.engine.limits import Slots
 from service.engine.permission import acknowledge, answer_for, not_recorded, record
-from service.engine.run import TaskRun
+from service.engine.run import TaskRun, task_key
 from service.engine.stream import EventStream
 from service.engine.watchdog import TurnWatchdog
 from service.permission.policy import ASK, PermissionPolicy
@@ -38,7 +39,7 @@ from service.protocol.views import (  # noqa: F401 - encode_cursor: the token fo
     shape_task,
     status_after,
 )
-from service.store import Scope, StoredEvent, TaskQuery, TaskStore
+from service.store import Scope, StoredEvent, TaskQuery, TaskStore, snapshot_with_seq
 
 log = logging.getLogger("service.engine")
 
@@ -56,6 +57,32 @@ class Turn:
     run: TaskRun
     outcome: asyncio.Future[pb.Message | None]
     events: AsyncIterator[pb.StreamResponse] | None = None
+    remote: bool = False  # the turn runs on another process (`run` is a detached copy)
+
+
+class Elsewhere(Protocol):
+    """The other processes of a cluster, as the engine needs them (service.engine.peers)."""
+
+    def claim_new(self, key: str) -> None:
+        """A new task's turn starts here."""
+
+    def release(self, key: str) -> None:
+        """The task's agent coroutine ended here."""
+
+    async def take(self, key: str) -> str | None:
+        """Own the task unless a live process does (returns that process's id)."""
+
+    async def sweep(self, at_start: bool = False) -> int:
+        """Recover the tasks of dead processes; returns how many."""
+
+    async def cancel_elsewhere(self, scope: Scope, task_id: str) -> pb.Task | None:
+        """Cancel on the process that runs it; None: nobody else does."""
+
+    async def resume_elsewhere(
+        self, owner: str, run: TaskRun, message: pb.Message, caller: Caller, stream: bool
+    ) -> Turn:
+        """Hand a follow-up to the turn paused on process `owner`."""
+        ...
 
 
 class Engine:
@@ -85,18 +112,31 @@ class Engine:
         self.turns = turns if turns is not None and turns.enabled else None
         self.watchdog = TurnWatchdog(inactivity_timeout, max_turn_seconds, self._stalled)
         self._stopping: set[asyncio.Task[None]] = set()  # stalled agents being stopped
+        # Several processes on one store and bus (service.engine.peers); None: one process.
+        self.peers: Elsewhere | None = None
 
     # ---- startup -----------------------------------------------------------
 
     async def recover(self) -> int:
-        """Tasks that were running when the process died are FAILED with a clear message."""
+        """Tasks that were running when the process died are FAILED with a clear message.
+        (Several processes: only those whose process is gone, see Peers.sweep.)"""
+        if self.peers is not None:
+            return await self.peers.sweep(at_start=True)
         lost = await self.store.unsettled()
         for scope, task in lost:
-            run = self._new_run(scope, task.id, task.context_id, task)
-            run.loaded(task, await self.store.last_seq(scope, task.id))
-            run.force_state(pb.TASK_STATE_FAILED, RESTART_MESSAGE)
-            await run.finish()
+            await self.recover_task(scope, task)
         return len(lost)
+
+    async def recover_task(self, scope: Scope, task: pb.Task) -> None:
+        """Move one task nobody runs any more to FAILED (the restart message)."""
+        run = self._new_run(scope, task.id, task.context_id, task)
+        run.loaded(task, await self.store.last_seq(scope, task.id))
+        run.force_state(pb.TASK_STATE_FAILED, RESTART_MESSAGE)
+        await run.finish()
+
+    def live_keys(self) -> list[str]:
+        """Bus keys of the tasks whose agent coroutine runs here (working or paused)."""
+        return [run.key for run in self._runs.values() if run.agent_alive]
 
     # ---- runs ----------------------------------------------------------------
 
@@ -221,6 +261,8 @@ class Engine:
             caller=caller,
             permissions=self.permissions,
         )
+        if self.peers is not None:
+            self.peers.claim_new(run.key)
         self._start_agent(run, ctx)
         return turn
 
@@ -255,6 +297,11 @@ class Engine:
             if not run.idle:
                 await run.flushed()  # the interrupted state is committed before the next turn
                 continue
+            if self.peers is not None and not run.agent_alive:
+                other = await self.peers.take(run.key)
+                if other is not None:  # the paused turn lives on another process
+                    self._release(run)
+                    return await self.peers.resume_elsewhere(other, run, message, caller, stream)
             break
         try:  # an answer to a pending permission request must match it (nothing changes if not)
             answer = answer_for(run, message)
@@ -345,6 +392,8 @@ class Engine:
             run.watched = False
         run.agent_ended()
         await run.finish()
+        if self.peers is not None and not run.agent_alive:
+            self.peers.release(run.key)
 
     async def wait(self, turn: Turn) -> pb.Message | pb.Task:
         """Outcome of a blocking send: the direct reply or the settled task."""
@@ -353,6 +402,8 @@ class Engine:
         if reply is not None:
             return reply
         run = turn.run
+        if turn.remote:
+            return await self.get(run.scope, run.task_id)
         if run.task is None:
             raise InternalError("The turn ended without a task.")
         return run.task
@@ -373,6 +424,13 @@ class Engine:
         after it instead of starting with the Task snapshot."""
         run = self._runs.get((scope, task_id))
         if run is None:
+            if getattr(self.bus, "shared", False):
+                found = await self.store.get(scope, task_id)
+                if found is None:
+                    raise TaskNotFoundError(f"Task {task_id} not found.")
+                if found.status.state not in SETTLED:
+                    # Another process runs it: its events reach us through the shared bus.
+                    return await self._subscribe_remote(scope, task_id, after_seq)
             # Nobody runs it here (e.g. paused between turns): load it, so the snapshot and
             # the subscription are taken together; the subscription is to the task's topic,
             # which the run a follow-up creates publishes to, so the run can go again.
@@ -403,6 +461,85 @@ class Engine:
                 f"is past the task's latest event ({run.seq}); resume from an id you received",
             )
         return self.subscribe_run(run, after_seq, until=TERMINAL)
+
+    async def _subscribe_remote(
+        self, scope: Scope, task_id: str, after_seq: int | None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """SubscribeToTask of a task another process runs (shared bus): until terminal."""
+        if after_seq is not None:
+            latest = await self.store.last_seq(scope, task_id)
+            if after_seq > latest:
+                raise invalid_field(
+                    "Last-Event-ID",
+                    f"is past the task's latest event ({latest}); resume from an id you received",
+                )
+        sub = self.bus.subscribe(task_key(scope, task_id))
+        return EventStream(self.follow_remote(scope, task_id, sub, after_seq, until=TERMINAL))
+
+    async def follow_remote(
+        self,
+        scope: Scope,
+        task_id: str,
+        sub: Subscription,
+        after_seq: int | None,
+        *,
+        until: frozenset[int] = SETTLED,
+    ) -> AsyncGenerator[StoredEvent, None]:
+        """Events of a task another process runs: the committed snapshot (or the stored
+        events after the resume point), then live ones from the bus, gaps filled from the
+        store, until one puts the task in a state of `until`. Subscribed before the store
+        is read: nothing falls between."""
+        try:
+            if after_seq is None:
+                found = await snapshot_with_seq(self.store, scope, task_id)
+                if found is None:
+                    raise TaskNotFoundError(f"Task {task_id} not found.")
+                task, seen = found
+                first = pb.StreamResponse(task=task)
+                yield StoredEvent(seen, first)
+                if ends_stream(first, until):
+                    return
+            else:
+                seen = after_seq
+            async for stored in self._live(scope, task_id, sub, seen, catch_up=True, until=until):
+                yield stored
+        finally:
+            sub.close()
+
+    def live_events(
+        self, scope: Scope, task_id: str, sub: Subscription, seen: int
+    ) -> AsyncGenerator[StoredEvent, None]:
+        """Events of the task after `seen` (stored ones first), until a settling one."""
+        return self._live(scope, task_id, sub, seen, catch_up=True)
+
+    async def _live(
+        self,
+        scope: Scope,
+        task_id: str,
+        sub: Subscription,
+        seen: int,
+        *,
+        catch_up: bool,
+        until: frozenset[int] = SETTLED,
+    ) -> AsyncGenerator[StoredEvent, None]:
+        """Bus events after `seen`, each once, until one puts the task in a state of `until`.
+        A RESYNC from the bus or a jump in the sequence reads what was missed from the store
+        (`catch_up`: once before the first live event too)."""
+        async for stored in _with_first(sub.events(), RESYNC if catch_up else None):
+            if stored.seq < 0 or stored.seq > seen + 1:
+                for missed in await self.store.events_after(scope, task_id, seen):
+                    seen = missed.seq
+                    yield missed
+                    if ends_stream(missed.event, until):
+                        return
+                if stored.seq < 0:
+                    continue
+            if stored.seq and stored.seq <= seen:
+                continue  # already covered by the snapshot, the replay or a catch-up
+            seen = max(seen, stored.seq)
+            yield stored
+            if ends_stream(stored.event, until):
+                return
 
     def subscribe_run(
         self,
@@ -452,10 +589,9 @@ class Engine:
                             return
             if over is not None and seen >= over:
                 return
-            async for stored in sub.events():
-                if stored.seq and stored.seq <= seen:
-                    continue  # already covered by the snapshot or the replay
-                seen = max(seen, stored.seq)
+            async for stored in self._live(
+                run.scope, run.task_id, sub, seen, catch_up=False, until=until
+            ):
                 yield stored
                 if ends_stream(stored.event, until):
                     return
@@ -527,6 +663,10 @@ class Engine:
         return response
 
     async def cancel(self, scope: Scope, task_id: str) -> pb.Task:
+        if self.peers is not None and (scope, task_id) not in self._runs:
+            remote = await self.peers.cancel_elsewhere(scope, task_id)
+            if remote is not None:
+                return remote
         run = await self._claim(scope, task_id)
         assert run.task is not None
         if run.state in TERMINAL:
@@ -596,3 +736,13 @@ class Engine:
             except BaseException:
                 pass  # logged by the flusher; the store's close reports what is left
         return stopped
+
+
+async def _with_first(
+    items: AsyncIterator[StoredEvent], first: StoredEvent | None
+) -> AsyncIterator[StoredEvent]:
+    """`first` (when given), then `items`."""
+    if first is not None:
+        yield first
+    async for item in items:
+        yield item

@@ -20,7 +20,7 @@ from service.agent import NAMESPACE, FileSource, metadata_struct
 from service.engine.bus import EventBus
 from service.engine.files import FileArtifacts
 from service.permission.envelope import namespace_of
-from service.protocol.errors import InternalError, InvalidAgentResponseError
+from service.protocol.errors import InternalError, InvalidAgentResponseError, UnavailableError
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
 from service.store import Scope, StoredEvent, TaskStore
@@ -28,6 +28,11 @@ from service.store import Scope, StoredEvent, TaskStore
 log = logging.getLogger("service.run")
 
 SNAPSHOT_SEQ = 0  # sequence of synthetic events that are never stored (direct replies)
+
+
+def task_key(scope: Scope, task_id: str) -> str:
+    """The bus topic of a task: unique across tenants and owners."""
+    return f"{scope.tenant}\x00{scope.owner}\x00{task_id}"
 
 
 class TaskRun:
@@ -57,7 +62,7 @@ class TaskRun:
         self.context_id = context_id
         self.task = task  # None until the first non-reply emission materializes it
         self.seq = seq
-        self.key = f"{scope.tenant}\x00{scope.owner}\x00{task_id}"
+        self.key = task_key(scope, task_id)
         self.ready: asyncio.Future[None] | None = None  # set while the task is being loaded
         self.turn: asyncio.Future[pb.Message | None] | None = None  # result: direct reply or None
         self.agent_task: asyncio.Task | None = None
@@ -341,9 +346,15 @@ class TaskRun:
                     self.failed_commit = exc
                     self._pending = []
                     log.error("commit failed for task %s", self.task_id, exc_info=exc)
-                    self._resolve_turn(None, error=InternalError("The task could not be stored."))
+                    # A store that is down says so (UNAVAILABLE: retry); anything else is ours.
+                    error = (
+                        exc
+                        if isinstance(exc, UnavailableError)
+                        else InternalError("The task could not be stored.")
+                    )
+                    self._resolve_turn(None, error=error)
                     # Its streams end now too, whether or not the agent is still running.
-                    self.bus.close_topic(self.key, InternalError("The task could not be stored."))
+                    self.bus.close_topic(self.key, error)
                     if self._commit_signal is not None and not self._commit_signal.done():
                         self._commit_signal.set_result(None)
                     return

@@ -27,6 +27,22 @@ CHECK_INTERVAL_SECONDS = 2.0
 CHECK_TIMEOUT_SECONDS = 2.0
 
 
+class Unreachable(Exception):
+    """Raised by a check whose part says what is down (the message is shown as is)."""
+
+
+def from_health(health: Callable[[], Awaitable[str | None]]) -> Check:
+    """A check from a part's `health()` (None when fine, else what is wrong): a shared
+    store or bus reports its own reason."""
+
+    async def check() -> None:
+        problem = await health()
+        if problem:
+            raise Unreachable(problem)
+
+    return check
+
+
 class Readiness:
     def __init__(
         self, interval: float = CHECK_INTERVAL_SECONDS, timeout: float = CHECK_TIMEOUT_SECONDS
@@ -70,6 +86,8 @@ class Readiness:
             await asyncio.wait_for(check(), self.timeout)
         except TimeoutError:
             return f"no answer within {self.timeout:g} s"
+        except Unreachable as exc:  # the part said what is down
+            return REDACTOR.untrusted(str(exc))[:300]
         except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
             return REDACTOR.untrusted(f"{type(exc).__name__}: {exc}")[:300]
         return ""

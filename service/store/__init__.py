@@ -10,6 +10,8 @@ from service.store.base import (
     TaskPage,
     TaskQuery,
     TaskStore,
+    WriteConflict,
+    snapshot_with_seq,
 )
 
 __all__ = [
@@ -20,12 +22,15 @@ __all__ = [
     "TaskPage",
     "TaskQuery",
     "TaskStore",
+    "WriteConflict",
     "open_store",
+    "snapshot_with_seq",
 ]
 
 
 def open_store(url: str, commit_interval_ms: float | None = None) -> Store:
-    """`memory:` or `sqlite:///path/to/file.db` (relative paths allowed: `sqlite:data/a2a.db`).
+    """`memory:`, `sqlite:///path/to/file.db` (relative paths allowed: `sqlite:data/a2a.db`),
+    or `postgresql://user@host:5432/db` (shared by several processes; see service.store.postgres).
 
     `commit_interval_ms`: SQLite's group commit (None: the store's default; see
     service.store.sqlite)."""
@@ -46,4 +51,27 @@ def open_store(url: str, commit_interval_ms: float | None = None) -> Store:
         if commit_interval_ms is None:
             return SqliteTaskStore(path)
         return SqliteTaskStore(path, commit_interval=commit_interval_ms / 1000)
-    raise ValueError(f"unknown store URL {url!r}: expected memory: or sqlite:PATH")
+    if url.startswith(POSTGRES_SCHEMES):
+        from service.store.postgres import PostgresTaskStore
+
+        return PostgresTaskStore(url)
+    raise ValueError(
+        f"unknown store URL {redact_url(url)!r}: expected memory:, sqlite:PATH"
+        " or postgresql://user@host/db"
+    )
+
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_shared(url: str) -> bool:
+    """Whether several processes (on one host or many) may use the store at once."""
+    return url.startswith(POSTGRES_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """A store or bus URL without its credentials, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

@@ -42,6 +42,11 @@ class TaskPage:
     next_cursor: tuple[int, str] | None  # None on the last page
 
 
+class WriteConflict(RuntimeError):
+    """A save lost to another writer of the same task (a store shared by several processes
+    holds the line: two writers cannot both append one sequence number)."""
+
+
 class StoredEvent(NamedTuple):
     """One numbered event of a task (several per turn: a tuple is the cheapest record)."""
 
@@ -115,3 +120,24 @@ class PushConfigStore(Protocol):
 
 class Store(TaskStore, PushConfigStore, Protocol):
     """What `open_store` gives: both seams on one durable store (one file, one commit log)."""
+
+
+class SnapshotReader(Protocol):
+    """Optional: a store that reads a snapshot and the sequence of its last event together
+    (one row), for a follower that must continue exactly after the snapshot."""
+
+    async def get_with_seq(self, scope: Scope, task_id: str) -> tuple[pb.Task, int] | None: ...
+
+
+async def snapshot_with_seq(
+    store: TaskStore, scope: Scope, task_id: str
+) -> tuple[pb.Task, int] | None:
+    """The task and its last event's sequence: in one read where the store offers it, else
+    the sequence first (so the snapshot is at least as new; a follower then skips nothing)."""
+    reader = getattr(store, "get_with_seq", None)
+    if reader is not None:
+        found: tuple[pb.Task, int] | None = await reader(scope, task_id)
+        return found
+    seq = await store.last_seq(scope, task_id)
+    task = await store.get(scope, task_id)
+    return None if task is None else (task, seq)

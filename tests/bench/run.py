@@ -16,6 +16,9 @@
    serving the same file, and GetTask latency by artifact size (file_bench.py).
 7. Burst: a second caller's latency (GET /tasks, /health, the card) while another principal
    floods the gateway, with the per-principal limits off and on (burst_bench.py).
+8. Scale-out: SendMessage over gRPC and JSON-RPC driven by h2load against one process on
+   SQLite, one on PostgreSQL + Redis and `--workers 2`; cross-process cancel and event
+   latency (scale_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -59,6 +62,7 @@ from tests.bench.file_bench import apply_defaults as file_defaults  # noqa: E402
 from tests.bench.file_bench import bench_files, file_rows_bad, report_files  # noqa: E402
 from tests.bench.http_bench import bench_http  # noqa: E402
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
+from tests.bench.scale_bench import bench_scale, report_scale  # noqa: E402
 
 PY = sys.executable
 CHUNK_AGENT = "tests.bench.agents:ChunkAgent"
@@ -667,6 +671,8 @@ def report(results: dict, args) -> str:
         out.append(report_files(results["files"], args))
     if "burst" in results:
         out.append(report_burst(results["burst"]))
+    if "scale" in results:
+        out.append(report_scale(results["scale"]))
     return "\n".join(out)
 
 
@@ -707,8 +713,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files,burst",
-        help="comma list of: send, stream, list, http, push, files, burst",
+        default="send,stream,list,http,push,files,burst,scale",
+        help="comma list of: send, stream, list, http, push, files, burst, scale",
     )
     p.add_argument(
         "--duration",
@@ -769,6 +775,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="flood with the asyncio load generator even when wrk is installed",
     )
     p.add_argument(
+        "--scale-requests", type=int, help="h2load requests per scale-out row (default 4000)"
+    )
+    p.add_argument(
+        "--scale-connections", type=int, default=16, help="h2load connections (default 16)"
+    )
+    p.add_argument(
+        "--scale-samples", type=int, help="cancel and event latency samples (default 100)"
+    )
+    p.add_argument(
         "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
     )
     add_file_arguments(p)
@@ -786,6 +801,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         list_calls=50 if quick else 200,
         burst_seconds=2.0 if quick else 15.0,
         burst_idle_seconds=0.5 if quick else 3.0,
+        scale_requests=600 if quick else 4000,
+        scale_samples=20 if quick else 100,
     )
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -794,7 +811,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push", "files", "burst"}
+    parts = {"send", "stream", "list", "http", "push", "files", "burst", "scale"}
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -825,6 +842,7 @@ async def amain(args) -> dict:
             ("push", "push", "Push delivery", bench_push),
             ("files", "files", "Stored file artifacts", bench_files),
             ("burst", "burst", "Burst (limits off and on)", bench_burst),
+            ("scale", "scale", "Scale-out", bench_scale),
         )
         try:
             for name, key, title, bench in sections:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import grpc
@@ -25,7 +23,7 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.engine.registry import SHUTDOWN_MESSAGE
 from tests.conftest import user_message
-from tests.process import ROOT, ServerProcess, free_port, shows_traceback
+from tests.process import ServerProcess, free_port, run_serve, shows_traceback
 from tests.push_util import Receiver, eventually
 
 V1 = {"A2A-Version": "1.0"}
@@ -404,15 +402,7 @@ async def _collect(iterator) -> list:
 FREE_PORTS = ("--grpc-port", "0", "--http-port", "0")  # any free ports: the failure is elsewhere
 
 
-def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+_serve = run_serve
 
 
 def _one_line(result: subprocess.CompletedProcess, starts: str) -> None:

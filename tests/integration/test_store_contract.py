@@ -4,6 +4,7 @@ durability, concurrency and query-plan checks."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import os
@@ -15,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from gen import a2a_pb2 as pb
@@ -32,6 +34,7 @@ from service.store.sqlite import (
     page_query,
 )
 from tests.conftest import missing_part
+from tests.pg_util import create_database, drop_database
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,12 +109,40 @@ def _with(q: TaskQuery, **changes) -> TaskQuery:
     return TaskQuery(**fields)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+def _in_thread(coro):
+    """Run a coroutine to the end on a loop of its own (fixtures resolved inside a test's
+    running loop cannot start another one on its thread)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@pytest.fixture(scope="session")
+def postgres_database():
+    """One fresh PostgreSQL database for the run (each test gets its own schema in it)."""
+    url, name = _in_thread(create_database())
+    yield url
+    _in_thread(drop_database(name))
+
+
+async def fresh_schema_url(base: str) -> str:
+    """A URL whose search_path is a new, empty schema of the run's database."""
+    schema = f"s_{os.urandom(6).hex()}"
+    conn = await asyncpg.connect(base)
+    try:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+    finally:
+        await conn.close()
+    return f"{base}?search_path={schema}"
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(request, tmp_path):
     if request.param == "memory":
         s = MemoryTaskStore()
-    else:
+    elif request.param == "sqlite":
         s = SqliteTaskStore(str(tmp_path / "nested" / "dir" / "tasks.db"))
+    else:
+        s = open_store(await fresh_schema_url(request.getfixturevalue("postgres_database")))
     await s.open()
     try:
         yield s

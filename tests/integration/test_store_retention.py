@@ -9,10 +9,18 @@ import sqlite3
 import pytest
 
 from gen import a2a_pb2 as pb
+from service.store import open_store
 from service.store.base import Scope, TaskQuery
 from service.store.memory import MemoryTaskStore
 from service.store.sqlite import SqliteTaskStore
-from tests.integration.test_store_contract import make_config, make_task, reference, status_event
+from tests.integration.test_store_contract import (
+    fresh_schema_url,
+    make_config,
+    make_task,
+    postgres_database,  # noqa: F401 - the session fixture, used by name
+    reference,
+    status_event,
+)
 
 A = Scope("t1", "alice")
 B = Scope("t1", "bob")
@@ -32,9 +40,14 @@ OPEN = [
 ]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(request, tmp_path):
-    s = MemoryTaskStore() if request.param == "memory" else SqliteTaskStore(str(tmp_path / "t.db"))
+    if request.param == "memory":
+        s = MemoryTaskStore()
+    elif request.param == "sqlite":
+        s = SqliteTaskStore(str(tmp_path / "t.db"))
+    else:
+        s = open_store(await fresh_schema_url(request.getfixturevalue("postgres_database")))
     await s.open()
     try:
         yield s
