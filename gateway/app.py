@@ -4,6 +4,7 @@
     GET  /.well-known/agent-card.json   the public agent card (card.py)
     GET  /health                        {"status": "healthy"}; 503 while draining
     GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
+    GET  /metrics                       Prometheus text, with `metrics_endpoint` (behind the guard)
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
 JSON-RPC and REST sit behind the guard of auth.py, which resolves the caller once
@@ -25,13 +26,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.auth import HttpAuth, anonymous
+from gateway.auth import Handler, HttpAuth, anonymous
 from gateway.body import MAX_BODY_BYTES, json_response
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.dispatch import HttpOptions
 from gateway.invoker import Invoker
 from gateway.jsonrpc_http import JsonRpcEndpoint
 from gateway.jwks import JwksEndpoint
+from gateway.params import Caller
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
 
@@ -47,6 +49,17 @@ def health_endpoint(is_serving: Callable[[], bool]):
     return health
 
 
+METRICS_PATH = "/metrics"
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def metrics_endpoint(render: Callable[[], bytes]) -> Handler:
+    async def metrics(request: Request, caller: Caller) -> Response:
+        return Response(render(), media_type=PROMETHEUS_TEXT)
+
+    return metrics
+
+
 def build_app(
     *,
     invoker: Invoker,
@@ -60,6 +73,7 @@ def build_app(
     jwks_path: str = "",
     auth: Authenticator | None = None,
     forward_credentials: bool = False,
+    metrics: Callable[[], bytes] | None = None,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again)."""
@@ -75,6 +89,8 @@ def build_app(
         Route("/health", health_endpoint(is_serving), methods=["GET", "HEAD"]),
         Route("/{path:path}", guard(rest.handle), methods=ALL_METHODS),
     ]
+    if metrics is not None:  # Prometheus text; behind the guard like every A2A route
+        routes.insert(-1, Route(METRICS_PATH, guard(metrics_endpoint(metrics)), methods=["GET"]))
     if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all
         routes.insert(
             -1, Route(jwks_path, JwksEndpoint(jwks, card_max_age).handle, methods=ALL_METHODS)

@@ -26,6 +26,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
+from opentelemetry import trace
 
 from service.api import CallContext
 from service.engine.stream import NumberedEvents
@@ -40,6 +41,7 @@ from service.protocol.errors import (
     UnauthenticatedError,
 )
 from service.protocol.params import VERSION_KEY
+from service.telemetry import hub
 
 # How long the proxy waits for a stream's first event before it commits to a
 # 200 event stream; errors raised later travel inside the stream.
@@ -70,12 +72,20 @@ class InProcessInvoker:
             self._handlers[method.name] = handler
 
     async def unary(self, name: str, request: Message, call: CallContext) -> Message:
-        return await self._handlers[name](request, call)
+        tel = hub.current
+        if tel is None:
+            return await self._handlers[name](request, call)
+        with trace.use_span(tel.servicer_span(name), end_on_exit=True):
+            return await self._handlers[name](request, call)
 
     async def stream(
         self, name: str, request: Message, call: CallContext
     ) -> NumberedEvents[Message]:
-        return await self._handlers[name](request, call)
+        tel = hub.current
+        if tel is None:
+            return await self._handlers[name](request, call)
+        with trace.use_span(tel.servicer_span(name), end_on_exit=True):  # until the stream starts
+            return await self._handlers[name](request, call)
 
     async def close(self) -> None:
         return None
@@ -142,6 +152,10 @@ def _metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
     items = dict(call.metadata)
     if not items.get(VERSION_KEY, "").strip():
         items[VERSION_KEY] = call.default_version  # make the HTTP default explicit upstream
+    if hub.current is not None:  # the upstream's server span continues this request's trace
+        parent = hub.traceparent()
+        if parent:
+            items[hub.TRACEPARENT] = parent
     return tuple(items.items())
 
 

@@ -23,9 +23,11 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 
 from gateway.invoker import Invoker
+from gateway.telemetry import REQUEST
 from service.api import CallContext
 from service.engine.stream import NumberedEvents
 from service.protocol.errors import A2AError, as_a2a_error
+from service.telemetry.describe import describe
 
 Document = dict[str, Any]
 
@@ -50,6 +52,9 @@ class ErrorReply:
         """`exc` as the binding's error document (an unexpected one is logged, see
         `as_a2a_error`: `where` names the call in the log)."""
         err = as_a2a_error(exc, where)
+        rec = REQUEST.get()
+        if rec is not None:
+            rec.failed(err.reason, err.grpc_status)
         return cls(renderer.error(err), err)
 
 
@@ -59,13 +64,16 @@ class DocumentStream:
     the stream with one `ErrorReply`; closing it closes the events, which ends only
     this subscription (the task keeps running)."""
 
-    __slots__ = ("_events", "_renderer", "_where", "_ended")
+    __slots__ = ("_events", "_renderer", "_where", "_ended", "_rec")
 
     def __init__(self, events: NumberedEvents[Message], renderer: Renderer, where: str) -> None:
         self._events = events
         self._renderer = renderer
         self._where = where
         self._ended = False
+        self._rec = REQUEST.get()  # the request's telemetry (None when off)
+        if self._rec is not None:
+            self._rec.stream_opened()
 
     @property
     def seq(self) -> int | None:
@@ -78,7 +86,10 @@ class DocumentStream:
         if self._ended:
             raise StopAsyncIteration
         try:
-            return self._renderer.result(await self._events.__anext__())
+            event = await self._events.__anext__()
+            if self._rec is not None:
+                self._rec.stream_event(event, describe)
+            return self._renderer.result(event)
         except StopAsyncIteration:
             raise
         except Exception as exc:
@@ -103,7 +114,14 @@ async def invoke(
 ) -> Document | DocumentStream:
     """Call `method` and render what it answers. An error before a stream starts is
     raised, for the binding to answer as an ErrorReply."""
+    rec = REQUEST.get()
+    if rec is not None:
+        rec.rename(method.name, rec.binding)
+        rec.principal(call.principal)
     if method.server_streaming:
         events = await invoker.stream(method.name, message, call)
         return DocumentStream(events, renderer, f"{where} stream")
-    return renderer.result(await invoker.unary(method.name, message, call))
+    response = await invoker.unary(method.name, message, call)
+    if rec is not None:
+        describe(rec, response)
+    return renderer.result(response)

@@ -37,6 +37,8 @@ from service.protocol.errors import (
     as_a2a_error,
     error_details,
 )
+from service.telemetry import hub, names
+from service.telemetry.describe import describe
 
 log = logging.getLogger("service.grpc")
 
@@ -97,7 +99,10 @@ class CallLimit:
         self.limit = limit
         self.active = 0
 
-    def refusal(self) -> grpc.Status:
+    def refusal(self, rec: hub.Call | None = None) -> grpc.Status:
+        hub.count_refusal("grpc_max_concurrent_calls", names.GRPC)
+        if rec is not None:
+            rec.failed(OverloadedError.reason, OverloadedError.grpc_status)
         return error_status(
             OverloadedError(
                 f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
@@ -114,17 +119,32 @@ def _unary(
     name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit
 ) -> Callable[..., Awaitable[Any]]:
     handler = getattr(api, name)
+    tel = hub.current  # None (telemetry off): no span, no metric, one `is None` per step
 
     async def method(self: object, request: ProtoMessage, context: grpc.aio.ServicerContext) -> Any:
-        if calls.limit and calls.active >= calls.limit:
-            await context.abort_with_status(calls.refusal())
-        calls.active += 1
+        rec = tel.server_call(name, names.GRPC, _trace_carrier(context)) if tel else None
         try:
-            return await handler(request, await call_context(context, authenticate))
-        except Exception as exc:  # every failure leaves as a typed status
-            await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+            if calls.limit and calls.active >= calls.limit:
+                await context.abort_with_status(calls.refusal(rec))
+            calls.active += 1
+            try:
+                call = await call_context(context, authenticate)
+                if rec is None:
+                    return await handler(request, call)
+                rec.principal(call.principal)
+                response = await handler(request, call)
+                describe(rec, response)
+                return response
+            except Exception as exc:  # every failure leaves as a typed status
+                err = as_a2a_error(exc, name)
+                if rec is not None:
+                    rec.failed(err.reason, err.grpc_status)
+                await context.abort_with_status(error_status(err))
+            finally:
+                calls.active -= 1
         finally:
-            calls.active -= 1
+            if rec is not None:
+                rec.end_rpc(SERVICE.full_name)
 
     method.__name__ = name
     return method
@@ -134,24 +154,50 @@ def _streaming(
     name: str, api: A2AApi, authenticate: Authenticator | None, calls: CallLimit
 ) -> Callable[..., AsyncIterator[Any]]:
     handler = getattr(api, name)
+    tel = hub.current
 
     async def method(
         self: object, request: ProtoMessage, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        if calls.limit and calls.active >= calls.limit:
-            await context.abort_with_status(calls.refusal())
-        calls.active += 1
+        rec = tel.server_call(name, names.GRPC, _trace_carrier(context)) if tel else None
         try:
-            events = await handler(request, await call_context(context, authenticate))
-            async for event in events:
-                yield event
-        except Exception as exc:
-            await context.abort_with_status(error_status(as_a2a_error(exc, name)))
+            if calls.limit and calls.active >= calls.limit:
+                await context.abort_with_status(calls.refusal(rec))
+            calls.active += 1
+            try:
+                call = await call_context(context, authenticate)
+                if rec is not None:
+                    rec.principal(call.principal)
+                events = await handler(request, call)
+                if rec is not None:
+                    rec.detach()  # the events are sent outside the span's context
+                    rec.stream_opened()
+                async for event in events:
+                    if rec is not None:
+                        rec.stream_event(event, describe)
+                    yield event
+            except Exception as exc:
+                err = as_a2a_error(exc, name)
+                if rec is not None:
+                    rec.failed(err.reason, err.grpc_status)
+                await context.abort_with_status(error_status(err))
+            finally:
+                calls.active -= 1
         finally:
-            calls.active -= 1
+            if rec is not None:
+                rec.end_rpc(SERVICE.full_name)
 
     method.__name__ = name
     return method
+
+
+def _trace_carrier(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """The W3C trace context of the call's metadata (nothing else of it)."""
+    return {
+        k: v
+        for k, v in context.invocation_metadata() or ()
+        if k in (hub.TRACEPARENT, hub.TRACESTATE) and isinstance(v, str)
+    }
 
 
 def make_servicer(

@@ -22,6 +22,7 @@ from service.cards.signing import SigningSettings
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
 from service.push.settings import PushSettings, validate_push
+from service.telemetry.settings import TelemetrySettings, validate_telemetry
 
 ENV_PREFIX = "A2A_"
 
@@ -31,7 +32,9 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Settings(PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings):
+class Settings(
+    PushSettings, SecuritySettings, InputSettings, SigningSettings, NetSettings, TelemetrySettings
+):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
     host: str = "127.0.0.1"
@@ -200,6 +203,7 @@ def validate(s: Settings) -> None:
         signing.validate_signing,
         security.validate_security,
         validate_netlimits,
+        validate_telemetry,
     ):
         try:
             check(s)

@@ -24,6 +24,7 @@ import pathlib
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -36,6 +37,7 @@ from gateway.app import build_app
 from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
+from gateway.telemetry import TelemetryMiddleware
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
 from service.api import A2AApi
@@ -55,6 +57,8 @@ from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
 from service.store import Store, open_store
+from service.telemetry.setup import Installed, start_metrics_listener
+from service.telemetry.setup import install as install_telemetry
 
 log = logging.getLogger("service")
 
@@ -137,6 +141,8 @@ class Service:
     serving: bool = False  # what both health checks report
     gate: Gate = field(default_factory=Gate)  # closed: new calls are refused (draining)
     ownership: Ownership = field(default_factory=Ownership)
+    telemetry: Installed | None = None  # None: telemetry is off (service/telemetry)
+    _metrics_server: Any = None  # the /metrics listener on metrics_port
     _started: bool = False  # start() completed: there may be callers to drain
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -153,6 +159,11 @@ class Service:
                 raise ConfigError(str(exc)) from None
             for warning in startup_warnings(s, self.auth, self.tls):
                 log.warning("%s", warning)
+            if self.telemetry is None:  # tests pass one in, with in-memory exporters
+                with _setting("telemetry"):  # before the parts that record into it are built
+                    self.telemetry = install_telemetry(
+                        s, service_name=s.name, service_version=s.version
+                    )
             with _setting("agent"):
                 agent = build_agent(s)
             if s.http_port >= 0:
@@ -172,6 +183,11 @@ class Service:
             if self.http is not None:
                 with _setting("http_port"):
                     await self._start_gateway()
+            if s.metrics_endpoint and s.metrics_port:
+                with _setting("metrics_port"):
+                    self._metrics_server = start_metrics_listener(
+                        self.telemetry, s.host, s.metrics_port
+                    )
         except BaseException:
             await self.stop()
             raise
@@ -197,7 +213,12 @@ class Service:
             jwks_path=s.card_jwks_path,
             auth=self.auth,
             forward_credentials=bool(s.upstream),
+            metrics=self.telemetry.metrics_text
+            if self.telemetry is not None and s.metrics_endpoint and not s.metrics_port
+            else None,
         )
+        if self.telemetry is not None:
+            app = TelemetryMiddleware(app, self.telemetry.telemetry)
         if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
             app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response
         level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
@@ -447,6 +468,10 @@ class Service:
             await self.push.stop()
         if self.store is not None:
             await self.store.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        if self.telemetry is not None:  # last: what the drain did is exported too
+            await asyncio.to_thread(self.telemetry.shutdown)
         self.ownership.release()
         if self._started:
             log.info("stopped")

@@ -11,6 +11,8 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from opentelemetry import trace
+
 from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
 from service.engine.bus import EventBus, Subscription
@@ -34,6 +36,7 @@ from service.protocol.views import (  # noqa: F401 - encode_cursor: the token fo
     status_after,
 )
 from service.store import Scope, StoredEvent, TaskQuery, TaskStore
+from service.telemetry import hub, names
 
 log = logging.getLogger("service.engine")
 
@@ -232,7 +235,29 @@ class Engine:
         return turn
 
     def _start_agent(self, run: TaskRun, ctx: TurnContext) -> None:
-        run.start_agent(self._drive(run, ctx))
+        tel = hub.current
+        if tel is None:
+            run.start_agent(self._drive(run, ctx))
+        else:
+            run.start_agent(self._traced(tel, run, ctx))
+
+    async def _traced(self, tel: hub.Telemetry, run: TaskRun, ctx: TurnContext) -> None:
+        """The turn inside its span (a child of the call that started it, and the current
+        span while the agent runs, so an agent's own spans nest under it): the task's
+        events on it, its final state, and `a2a.tasks.active` while it runs."""
+        turn = tel.turn(run.task_id, run.context_id, ctx.caller.principal)
+        run.trace = turn
+        tel.tasks_active += 1
+        try:
+            with trace.use_span(turn.span, end_on_exit=False):
+                await self._drive(run, ctx)
+        finally:
+            tel.tasks_active -= 1
+            if run.trace is turn:
+                run.trace = None
+            if run.task is not None:
+                turn.span.set_attribute(names.STATE, state_name(run.state))
+            turn.span.end()
 
     async def _drive(self, run: TaskRun, ctx: TurnContext) -> None:
         try:

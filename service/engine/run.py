@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from opentelemetry.trace import StatusCode
+
 from gen import a2a_pb2 as pb
 from service.agent import metadata_struct
 from service.engine.bus import EventBus
@@ -21,6 +23,7 @@ from service.protocol.errors import InternalError, InvalidAgentResponseError
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
 from service.store import Scope, StoredEvent, TaskStore
+from service.telemetry import hub
 
 log = logging.getLogger("service.run")
 
@@ -73,6 +76,7 @@ class TaskRun:
         self._pace = pace
         self._last_save = float("-inf")
         self._lingering: asyncio.Future[None] | None = None
+        self.trace: hub.TurnTrace | None = None  # the running turn's span (telemetry on)
 
     # ---- state -----------------------------------------------------------
 
@@ -191,6 +195,8 @@ class TaskRun:
         update.append = append
         update.last_chunk = last_chunk
         self._queue(event)
+        if self.trace is not None:
+            self.trace.artifact(artifact.artifact_id, last_chunk, self.seq)
 
     def reply(self, message: pb.Message) -> None:
         """A direct answer: a Message and no task, if nothing else was emitted yet."""
@@ -248,6 +254,10 @@ class TaskRun:
         event, update = self._update_event("status_update", metadata)
         update.status.CopyFrom(status)
         self._queue(event)
+        if self.trace is not None:
+            self.trace.status(state_name(state), self.seq)
+        if state in TERMINAL and hub.current is not None:
+            hub.current.task_ended(state_name(state))
 
     def _update_event(self, kind: str, metadata: dict | None) -> tuple[pb.StreamResponse, Any]:
         """A StreamResponse whose `kind` update names this task and carries `metadata`."""
@@ -287,10 +297,15 @@ class TaskRun:
                     await self._linger()
                 batch, self._pending = self._pending, []
                 assert self.task is not None
+                tel = hub.current
+                span = tel.commit_span(self.task_id, len(batch)) if tel is not None else None
                 try:
                     # save() serializes before it yields, so later mutations cannot leak in.
                     await self.store.save(self.scope, self.task, batch)
                 except Exception as exc:
+                    if span is not None:
+                        span.set_status(StatusCode.ERROR, "commit failed")
+                        span.end()
                     # The run cannot go on consistently: every waiter learns it now.
                     self.failed_commit = exc
                     self._pending = []
@@ -299,6 +314,8 @@ class TaskRun:
                     if self._commit_signal is not None and not self._commit_signal.done():
                         self._commit_signal.set_result(None)
                     return
+                if span is not None:
+                    span.end()
                 self.committed_seq = batch[-1].seq
                 self._last_save = asyncio.get_running_loop().time()
                 if self._commit_signal is not None and not self._commit_signal.done():
