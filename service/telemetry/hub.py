@@ -3,9 +3,8 @@
 `current` is None unless the composition root installed telemetry (setup.py). Every
 caller reads it once (`tel = hub.current`) and does nothing more when it is None: no
 SDK object is touched, no context is attached. When it is on, `Telemetry` starts the
-service's spans (spans.py) and counts into plain integers that observable
-instruments read when metrics are collected; only the duration and size histograms
-go to the SDK per record.
+service's spans (spans.py) and counts into plain integers and histograms (`Counts`, `Hist`) that are read when
+metrics are collected: no SDK instrument is called per request.
 
 `count_refusal(limit, binding)` and `count_auth_failure(scheme)` are for code that
 refuses calls (limits, authentication): one call, a no-op when telemetry is off.
@@ -14,12 +13,12 @@ refuses calls (limits, authentication): one call, a no-op when telemetry is off.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.metrics import Histogram
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation import get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -32,6 +31,23 @@ TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
 
 SERVER_FAULTS = frozenset({"INTERNAL", "UNKNOWN", "UNAVAILABLE", "DATA_LOSS", "DEADLINE_EXCEEDED"})
 Key = tuple[tuple[str, Any], ...]  # attributes as a hashable key
+SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class Counts:
@@ -48,6 +64,46 @@ class Counts:
 
     def snapshot(self) -> list[tuple[dict[str, Any], int]]:
         return [(dict(k), v) for k, v in list(self.values.items())]
+
+
+class Hist:
+    """An explicit-bucket histogram by attribute set, as the SDK aggregates one, at the cost
+    of a dict lookup and a bisect per record (the SDK's `Histogram.record` costs tens of
+    microseconds). Read at collection time (setup.py merges it into what readers collect)."""
+
+    __slots__ = ("metric", "bounds", "points", "_n")
+
+    def __init__(self, metric: names.MetricName, bounds: Sequence[float]) -> None:
+        self.metric = metric
+        self.bounds = tuple(bounds)
+        self._n = len(self.bounds) + 1
+        # per key: [bucket counts..., sum, count, min, max]
+        self.points: dict[Key, list[float]] = {}
+
+    def record(self, value: float, key: Key = ()) -> None:
+        point = self.points.get(key)
+        n = self._n
+        if point is None:
+            point = self.points[key] = [0] * n + [0.0, 0, value, value]
+        point[bisect_left(self.bounds, value)] += 1
+        point[n] += value
+        point[n + 1] += 1
+        if value < point[n + 2]:
+            point[n + 2] = value
+        if value > point[n + 3]:
+            point[n + 3] = value
+
+    def snapshot(self) -> list[tuple[dict[str, Any], list[int], float, int, float, float]]:
+        """(attributes, bucket counts, sum, count, min, max) per attribute set."""
+        n = self._n
+        out = []
+        for key, point in list(self.points.items()):
+            point = list(point)
+            buckets = [int(c) for c in point[:n]]
+            out.append(
+                (dict(key), buckets, point[n], int(point[n + 1]), point[n + 2], point[n + 3])
+            )
+        return out
 
 
 def remote_parent(carrier: Mapping[str, str]) -> SpanContext | None:
@@ -160,7 +216,7 @@ class Call:
             },
         )
 
-    def end(self, histogram: Histogram, attributes: dict[str, Any]) -> None:
+    def end(self, histogram: Hist, attributes: dict[str, Any]) -> None:
         if self._stream:
             self._stream = False
             self.tel.stream_opened(self.binding, -1)
@@ -170,7 +226,7 @@ class Call:
         attributes[names.METHOD] = self.method
         attributes[names.BINDING] = self.binding
         attributes[names.OUTCOME] = self.outcome
-        histogram.record(time.perf_counter() - self.start, attributes)
+        histogram.record(time.perf_counter() - self.start, tuple(attributes.items()))
 
 
 class TurnTrace:
@@ -194,19 +250,18 @@ class TurnTrace:
 class Telemetry:
     """Spans and counts of one installed configuration (setup.py builds it)."""
 
-    def __init__(
-        self,
-        tracer: LightTracer | None,
-        rpc_duration: Histogram,
-        http_duration: Histogram,
-        commit_duration: Histogram,
-        commit_batch: Histogram,
-    ) -> None:
+    def __init__(self, tracer: LightTracer | None) -> None:
         self.tracer = tracer  # None: metrics only (metrics_endpoint without traces)
-        self.rpc_duration = rpc_duration
-        self.http_duration = http_duration
-        self.commit_duration = commit_duration
-        self.commit_batch = commit_batch
+        self.rpc_duration = Hist(names.RPC_DURATION, SECONDS_BUCKETS)
+        self.http_duration = Hist(names.HTTP_DURATION, SECONDS_BUCKETS)
+        self.commit_duration = Hist(names.COMMIT_DURATION, SECONDS_BUCKETS)
+        self.commit_batch = Hist(names.COMMIT_BATCH, BATCH_BUCKETS)
+        self.histograms = (
+            self.rpc_duration,
+            self.http_duration,
+            self.commit_duration,
+            self.commit_batch,
+        )
         self.tasks_active = 0
         self.push_queue_depth: int | None = None
         self.tasks_ended = Counts()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,9 +28,16 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
     ConsoleMetricExporter,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
     MetricReader,
+    MetricsData,
     PeriodicExportingMetricReader,
+    ResourceMetrics,
+    ScopeMetrics,
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -43,24 +51,6 @@ from service.telemetry.settings import TelemetrySettings, headers
 from service.telemetry.spans import LightTracer, RootSampler, always
 
 log = logging.getLogger("service.telemetry")
-
-SECONDS_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class _Forward(SpanProcessor):
@@ -182,6 +172,69 @@ class Installed:
         self.meter_provider.shutdown()
 
 
+def histogram_metrics(tel: hub.Telemetry, start_ns: int) -> list[Metric]:
+    """The hub's histograms as SDK metric data (cumulative since `start_ns`)."""
+    now = time.time_ns()
+    out = []
+    for hist in tel.histograms:
+        points = [
+            HistogramDataPoint(
+                attributes=attrs,
+                start_time_unix_nano=start_ns,
+                time_unix_nano=now,
+                count=count,
+                sum=total,
+                bucket_counts=buckets,
+                explicit_bounds=hist.bounds,
+                min=low,
+                max=high,
+            )
+            for attrs, buckets, total, count, low, high in hist.snapshot()
+        ]
+        if points:
+            metric = hist.metric
+            out.append(
+                Metric(
+                    metric.name,
+                    metric.description,
+                    metric.unit,
+                    Histogram(points, AggregationTemporality.CUMULATIVE),
+                )
+            )
+    return out
+
+
+def _merge_histograms(
+    reader: MetricReader, tel: hub.Telemetry, scope: InstrumentationScope, start_ns: int
+) -> None:
+    """Make `reader` receive the hub's histograms with what the SDK collected: every reader
+    (periodic OTLP or console, Prometheus, in-memory) hands collections to its
+    `_receive_metrics`, the SDK's hook for readers."""
+    receive = reader._receive_metrics
+
+    def receive_with_histograms(metrics_data: MetricsData, *args: Any, **kwargs: Any) -> None:
+        extra = histogram_metrics(tel, start_ns)
+        if extra:
+            resource_metrics = list(metrics_data.resource_metrics)
+            if resource_metrics:
+                # Into the service's own scope (exporters keep one entry per scope).
+                first = resource_metrics[0]
+                scopes = list(first.scope_metrics)
+                ours = next((i for i, sm in enumerate(scopes) if sm.scope.name == scope.name), None)
+                if ours is None:
+                    scopes.append(ScopeMetrics(scope, extra, ""))
+                else:
+                    mine = scopes[ours]
+                    scopes[ours] = ScopeMetrics(
+                        mine.scope, [*mine.metrics, *extra], mine.schema_url
+                    )
+                resource_metrics[0] = ResourceMetrics(first.resource, scopes, first.schema_url)
+                metrics_data = MetricsData(resource_metrics)
+        receive(metrics_data, *args, **kwargs)
+
+    reader._receive_metrics = receive_with_histograms  # type: ignore[method-assign]
+
+
 def _observe(
     tel: hub.Telemetry, metric: names.MetricName
 ) -> Callable[[CallbackOptions], Iterable[Observation]]:
@@ -240,14 +293,6 @@ def install(
     _set_globals(resource, provider)
     meter = provider.get_meter(names.SCOPE, service_version or None)
 
-    def histogram(metric: names.MetricName, buckets: Sequence[float]) -> Any:
-        return meter.create_histogram(
-            metric.name,
-            unit=metric.unit,
-            description=metric.description,
-            explicit_bucket_boundaries_advisory=buckets,
-        )
-
     pipeline = None
     agent_spans = None
     tracer = None
@@ -263,13 +308,9 @@ def install(
         tracer = LightTracer(pipeline, _root_sampler())
         agent_spans = BatchSpanProcessor(exporter, schedule_delay_millis=span_interval * 1000)
         _forward.target = agent_spans
-    tel = hub.Telemetry(
-        tracer,
-        rpc_duration=histogram(names.RPC_DURATION, SECONDS_BUCKETS),
-        http_duration=histogram(names.HTTP_DURATION, SECONDS_BUCKETS),
-        commit_duration=histogram(names.COMMIT_DURATION, SECONDS_BUCKETS),
-        commit_batch=histogram(names.COMMIT_BATCH, BATCH_BUCKETS),
-    )
+    tel = hub.Telemetry(tracer)
+    for reader in readers:
+        _merge_histograms(reader, tel, scope, time.time_ns())
     for metric in names.METRICS:
         kind = metric.kind
         if kind == "histogram":
