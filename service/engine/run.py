@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
-
-from opentelemetry.trace import StatusCode
 
 from gen import a2a_pb2 as pb
 from service.agent import metadata_struct
@@ -297,15 +296,14 @@ class TaskRun:
                     await self._linger()
                 batch, self._pending = self._pending, []
                 assert self.task is not None
-                tel = hub.current
-                span = tel.commit_span(self.task_id, len(batch)) if tel is not None else None
+                trace = self.trace
+                started = time.perf_counter() if trace is not None else 0.0
                 try:
                     # save() serializes before it yields, so later mutations cannot leak in.
                     await self.store.save(self.scope, self.task, batch)
                 except Exception as exc:
-                    if span is not None:
-                        span.set_status(StatusCode.ERROR, "commit failed")
-                        span.end()
+                    if trace is not None:
+                        trace.committed(len(batch), time.perf_counter() - started, failed=True)
                     # The run cannot go on consistently: every waiter learns it now.
                     self.failed_commit = exc
                     self._pending = []
@@ -314,8 +312,8 @@ class TaskRun:
                     if self._commit_signal is not None and not self._commit_signal.done():
                         self._commit_signal.set_result(None)
                     return
-                if span is not None:
-                    span.end()
+                if trace is not None:
+                    trace.committed(len(batch), time.perf_counter() - started)
                 self.committed_seq = batch[-1].seq
                 self._last_save = asyncio.get_running_loop().time()
                 if self._commit_signal is not None and not self._commit_signal.done():

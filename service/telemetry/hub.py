@@ -240,6 +240,14 @@ class TurnTrace:
     def status(self, state: str, seq: int) -> None:
         self.span.add_event(names.EVENT_STATUS, {names.STATE: state, names.SEQ: seq})
 
+    def committed(self, events: int, seconds: float, failed: bool = False) -> None:
+        """The turn's events up to now are durable in the store (a span event, not a span of
+        its own: a span costs as much again to make and export, and there is one per commit)."""
+        attributes: dict[str, Any] = {names.EVENTS: events, names.COMMIT_MS: seconds * 1000}
+        if failed:
+            attributes[names.ERROR_TYPE] = "commit failed"
+        self.span.add_event(names.EVENT_COMMIT, attributes)
+
     def artifact(self, artifact_id: str, last_chunk: bool, seq: int) -> None:
         self.span.add_event(
             names.EVENT_ARTIFACT,
@@ -313,12 +321,6 @@ class Telemetry:
         if principal:
             attributes[names.PRINCIPAL] = principal
         return TurnTrace(self.span(names.TURN_SPAN, attributes=attributes))
-
-    def commit_span(self, task_id: str, events: int) -> trace.Span:
-        """The span of one task's commit (its events, durable in the store)."""
-        return self.span(
-            names.COMMIT_SPAN, attributes={names.TASK_ID: task_id, names.EVENTS: events}
-        )
 
     def push_span(
         self, parent_traceparent: str, task_id: str, seq: int, attempt: int

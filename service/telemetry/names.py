@@ -15,12 +15,12 @@ DEFAULT_SERVICE_NAME = "a2a-grpc-service"  # when neither OTEL_SERVICE_NAME nor 
 # ---- span names (server spans are named after the A2A method, e.g. "SendMessage")
 SERVICER_SPAN = "A2AApi/{method}"  # the in-process servicer call under a gateway request
 TURN_SPAN = "agent turn"
-COMMIT_SPAN = "store commit"
 PUSH_SPAN = "push delivery"
 
 # ---- span events
 EVENT_STATUS = "a2a.status"  # a state transition of the task
 EVENT_ARTIFACT = "a2a.artifact"  # an artifact chunk
+EVENT_COMMIT = "a2a.store.commit"  # the turn's events so far are durable in the store
 
 # ---- attributes
 METHOD = "a2a.method"  # SendMessage, GetTask, ...
@@ -34,6 +34,7 @@ ARTIFACT_ID = "a2a.artifact.id"
 LAST_CHUNK = "a2a.artifact.last_chunk"
 SEQ = "a2a.event.seq"
 EVENTS = "a2a.store.events"  # events in one task's commit
+COMMIT_MS = "a2a.store.commit_ms"  # how long that commit took (waiting for the group commit)
 PUSH_OUTCOME = "a2a.push.outcome"  # delivered, retried, dead, dropped
 PUSH_ATTEMPT = "a2a.push.attempt"
 AUTH_SCHEME = "a2a.auth.scheme"  # bearer, basic, apiKey, none (no credential), other
