@@ -26,7 +26,6 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
-from opentelemetry import trace
 
 from service.api import CallContext
 from service.engine.stream import NumberedEvents
@@ -75,8 +74,7 @@ class InProcessInvoker:
         tel = hub.current
         if tel is None:
             return await self._handlers[name](request, call)
-        with trace.use_span(tel.servicer_span(name), end_on_exit=True):
-            return await self._handlers[name](request, call)
+        return await self._servicer_call(tel, name, request, call)
 
     async def stream(
         self, name: str, request: Message, call: CallContext
@@ -84,8 +82,18 @@ class InProcessInvoker:
         tel = hub.current
         if tel is None:
             return await self._handlers[name](request, call)
-        with trace.use_span(tel.servicer_span(name), end_on_exit=True):  # until the stream starts
+        return await self._servicer_call(tel, name, request, call)  # the span: until it starts
+
+    async def _servicer_call(
+        self, tel: hub.Telemetry, name: str, request: Message, call: CallContext
+    ) -> Any:
+        span = tel.servicer_span(name)
+        tokens = tel.enter(span)
+        try:
             return await self._handlers[name](request, call)
+        finally:
+            tel.leave(tokens)
+            span.end()
 
     async def close(self) -> None:
         return None

@@ -11,8 +11,6 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from opentelemetry import trace
-
 from gen import a2a_pb2 as pb
 from service.agent import Agent, Caller, TurnContext
 from service.engine.bus import EventBus, Subscription
@@ -248,10 +246,11 @@ class Engine:
         turn = tel.turn(run.task_id, run.context_id, ctx.caller.principal)
         run.trace = turn
         tel.tasks_active += 1
+        tokens = tel.enter(turn.span, otel=True)  # the agent's own spans nest under the turn
         try:
-            with trace.use_span(turn.span, end_on_exit=False):
-                await self._drive(run, ctx)
+            await self._drive(run, ctx)
         finally:
+            tel.leave(tokens)
             tel.tasks_active -= 1
             if run.trace is turn:
                 run.trace = None

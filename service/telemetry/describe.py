@@ -5,14 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gen import a2a_pb2 as pb
-from service.protocol.states import state_name
+from service.protocol.states import state_name as _state
 from service.telemetry.hub import Call
-
-_NAMES = {value: name for name, value in pb.TaskState.items()}
-
-
-def _state(value: int) -> str:
-    return _NAMES.get(value) or state_name(value)
 
 
 def describe(rec: Call, message: Any) -> None:

@@ -36,6 +36,7 @@ log = logging.getLogger("service.telemetry")
 
 _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
+_pack_times = struct.Struct("<BBBQBQ").pack
 _CACHE_MAX = 4096
 _STATUS = {
     StatusCode.UNSET: b"",
@@ -57,7 +58,10 @@ def _varint(n: int) -> bytes:
 
 def _field(tag: int, payload: bytes) -> bytes:
     """A length-delimited field (`tag` = field number << 3 | 2, one byte here)."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
+    n = len(payload)
+    if n < 0x80:
+        return bytes((tag, n)) + payload
+    return bytes((tag,)) + _varint(n) + payload
 
 
 def _any_value(value: Any) -> bytes:
@@ -83,6 +87,7 @@ class SpanEncoder:
             0x0A, PbScope(name=scope.name, version=scope.version or "").SerializeToString()
         )
         self._kv: dict[tuple[str, Any], bytes] = {}
+        self._names: dict[tuple[int, str], bytes] = {}
 
     def _attribute(self, tag: int, key: str, value: Any) -> bytes:
         try:
@@ -100,26 +105,36 @@ class SpanEncoder:
     def _attributes(self, tag: int, attributes: Mapping[str, Any]) -> list[bytes]:
         return [self._attribute(tag, k, v) for k, v in attributes.items()]
 
+    def _name(self, tag: int, name: str) -> bytes:
+        key = (tag, name)
+        encoded = self._names.get(key)
+        if encoded is None:
+            encoded = self._names[key] = _field(tag, name.encode("utf-8", "replace"))
+        return encoded
+
     def span(self, s: LightSpan) -> bytes:
         ctx = s.context
         parts = [
-            b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big"),
-            b"\x12\x08" + ctx.span_id.to_bytes(8, "big"),
+            b"\x0a\x10"
+            + ctx.trace_id.to_bytes(16, "big")
+            + b"\x12\x08"
+            + ctx.span_id.to_bytes(8, "big")
         ]
         state = ctx.trace_state.to_header() if ctx.trace_state else ""
         if state:
             parts.append(_field(0x1A, state.encode()))
         if s.parent is not None:
             parts.append(b"\x22\x08" + s.parent.span_id.to_bytes(8, "big"))
-        parts.append(_field(0x2A, s.name.encode("utf-8", "replace")))
-        parts.append(b"\x30" + bytes((s.kind.value + 1,)))  # OTLP kinds are the API's + 1
-        parts.append(b"\x39" + _pack_q(s.start_time))
-        parts.append(b"\x41" + _pack_q(s.end_time))
-        parts += self._attributes(0x4A, s.attributes)
+        # name, kind (OTLP's kinds are the API's + 1), start and end times
+        parts.append(self._name(0x2A, s.name))
+        parts.append(_pack_times(0x30, s.kind.value + 1, 0x39, s.start_time, 0x41, s.end_time))
+        attribute = self._attribute
+        for key, value in s.attributes.items():
+            parts.append(attribute(0x4A, key, value))
         for name, ts, attrs in s.events:
-            event = [b"\x09" + _pack_q(ts), _field(0x12, name.encode("utf-8", "replace"))]
-            event += self._attributes(0x1A, attrs)
-            parts.append(_field(0x5A, b"".join(event)))
+            event = b"\x09" + _pack_q(ts) + self._name(0x12, name)
+            event += b"".join([attribute(0x1A, k, v) for k, v in attrs.items()])
+            parts.append(_field(0x5A, event))
         if s.dropped_events:
             parts.append(b"\x60" + _varint(s.dropped_events))
         for link in s.links:
