@@ -88,6 +88,7 @@ class SpanEncoder:
         )
         self._kv: dict[tuple[str, Any], bytes] = {}
         self._names: dict[tuple[int, str], bytes] = {}
+        self._events: dict[tuple[Any, ...], bytes] = {}
 
     def _attribute(self, tag: int, key: str, value: Any) -> bytes:
         try:
@@ -131,10 +132,23 @@ class SpanEncoder:
         attribute = self._attribute
         for key, value in s.attributes.items():
             parts.append(attribute(0x4A, key, value))
+        events = self._events
         for name, ts, attrs in s.events:
-            event = b"\x09" + _pack_q(ts) + self._name(0x12, name)
-            event += b"".join([attribute(0x1A, k, v) for k, v in attrs.items()])
-            parts.append(_field(0x5A, event))
+            event_key: tuple[Any, ...] = (name, *attrs.items())
+            try:
+                body = events[event_key]  # state changes and chunks repeat: one encoding each
+            except KeyError:
+                body = self._name(0x12, name) + b"".join(
+                    [attribute(0x1A, k, v) for k, v in attrs.items()]
+                )
+                if len(events) >= _CACHE_MAX:
+                    events.clear()
+                events[event_key] = body
+            except TypeError:  # an unhashable attribute value
+                body = self._name(0x12, name) + b"".join(
+                    [attribute(0x1A, k, v) for k, v in attrs.items()]
+                )
+            parts.append(_field(0x5A, b"\x09" + _pack_q(ts) + body))
         if s.dropped_events:
             parts.append(b"\x60" + _varint(s.dropped_events))
         for link in s.links:
