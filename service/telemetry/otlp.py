@@ -12,6 +12,7 @@ retries, and the `OTEL_EXPORTER_OTLP_*` variables, are the SDK's.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import StatusCode
 
+from service.telemetry.settings import TelemetrySettings, headers
 from service.telemetry.spans import LightSpan
 
 log = logging.getLogger("service.telemetry")
@@ -211,6 +213,56 @@ class HttpSpans(HttpSpanExporter):
         return bool(result.success)
 
 
+def _protocol(s: TelemetrySettings, signal: str) -> str:
+    return (
+        s.otlp_protocol
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    )
+
+
+def _endpoint(s: TelemetrySettings, protocol: str, path: str) -> str | None:
+    """Our base URL for the exporter (None: the SDK reads OTEL_EXPORTER_OTLP_*ENDPOINT)."""
+    if not s.otlp_endpoint:
+        return None
+    base = s.otlp_endpoint.rstrip("/")
+    return base if protocol == "grpc" else f"{base}/{path}"
+
+
+def otlp_span_exporter(
+    s: TelemetrySettings, resource: Resource, scope: InstrumentationScope
+) -> GrpcSpans | HttpSpans:
+    encoder = SpanEncoder(resource, scope)
+    protocol = _protocol(s, "TRACES")
+    endpoint = _endpoint(s, protocol, "v1/traces")
+    if protocol == "grpc":
+        return GrpcSpans(encoder, endpoint=endpoint, headers=headers(s))
+    return HttpSpans(encoder, endpoint=endpoint, headers=headers(s))
+
+
+def otlp_metric_exporter(s: TelemetrySettings) -> Any:
+    protocol = _protocol(s, "METRICS")
+    endpoint = _endpoint(s, protocol, "v1/metrics")
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(endpoint=endpoint, headers=headers(s))
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    return HttpMetricExporter(endpoint=endpoint, headers=headers(s))
+
+
 # ResourceSpans / ScopeSpans are imported so the field numbers above can be checked against
 # them (tests/unit/test_telemetry_otlp.py parses what SpanEncoder writes).
-__all__ = ["GrpcSpans", "HttpSpans", "SpanEncoder", "ResourceSpans", "ScopeSpans"]
+__all__ = [
+    "GrpcSpans",
+    "HttpSpans",
+    "SpanEncoder",
+    "ResourceSpans",
+    "ScopeSpans",
+    "otlp_metric_exporter",
+    "otlp_span_exporter",
+]

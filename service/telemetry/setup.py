@@ -17,6 +17,7 @@ while telemetry is off.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -47,7 +48,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from service.telemetry import hub, names
 from service.telemetry.export import SpanPipeline
-from service.telemetry.settings import TelemetrySettings, headers
+from service.telemetry.otlp import otlp_metric_exporter, otlp_span_exporter
+from service.telemetry.settings import TelemetrySettings
 from service.telemetry.spans import LightTracer, RootSampler, always
 
 log = logging.getLogger("service.telemetry")
@@ -85,50 +87,6 @@ def resource_for(service_name: str, version: str) -> Resource:
     if not os.environ.get("OTEL_SERVICE_NAME"):
         attributes[SERVICE_NAME] = service_name or names.DEFAULT_SERVICE_NAME
     return Resource.create(attributes)
-
-
-def _protocol(s: TelemetrySettings, signal: str) -> str:
-    return (
-        s.otlp_protocol
-        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"
-    )
-
-
-def _endpoint(s: TelemetrySettings, protocol: str, path: str) -> str | None:
-    """Our base URL for the exporter (None: the SDK reads OTEL_EXPORTER_OTLP_*ENDPOINT)."""
-    if not s.otlp_endpoint:
-        return None
-    base = s.otlp_endpoint.rstrip("/")
-    return base if protocol == "grpc" else f"{base}/{path}"
-
-
-def otlp_span_exporter(
-    s: TelemetrySettings, resource: Resource, scope: InstrumentationScope
-) -> SpanExporter:
-    from service.telemetry.otlp import GrpcSpans, HttpSpans, SpanEncoder
-
-    encoder = SpanEncoder(resource, scope)
-    protocol = _protocol(s, "TRACES")
-    endpoint = _endpoint(s, protocol, "v1/traces")
-    if protocol == "grpc":
-        return GrpcSpans(encoder, endpoint=endpoint, headers=headers(s))
-    return HttpSpans(encoder, endpoint=endpoint, headers=headers(s))
-
-
-def otlp_metric_exporter(s: TelemetrySettings) -> Any:
-    protocol = _protocol(s, "METRICS")
-    endpoint = _endpoint(s, protocol, "v1/metrics")
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        return OTLPMetricExporter(endpoint=endpoint, headers=headers(s))
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-        OTLPMetricExporter as HttpMetricExporter,
-    )
-
-    return HttpMetricExporter(endpoint=endpoint, headers=headers(s))
 
 
 @dataclass
@@ -297,16 +255,21 @@ def install(
     agent_spans = None
     tracer = None
     if tracing:
-        exporter = span_exporter
-        if exporter is None:
-            exporter = (
-                otlp_span_exporter(s, resource, scope)
-                if s.telemetry == "otlp"
-                else ConsoleSpanExporter()
+        exporter: Any = span_exporter
+        agent_exporter: Any = span_exporter
+        if exporter is None and s.telemetry == "otlp":
+            from service.telemetry.remote import ExporterProcess
+
+            section = {f.name: getattr(s, f.name) for f in dataclasses.fields(TelemetrySettings)}
+            exporter = ExporterProcess(
+                section, dict(resource.attributes), (scope.name, scope.version)
             )
+            agent_exporter = otlp_span_exporter(s, resource, scope)  # agents' SDK spans
+        elif exporter is None:
+            exporter = agent_exporter = ConsoleSpanExporter()
         pipeline = SpanPipeline(exporter, resource, scope, interval=span_interval)
         tracer = LightTracer(pipeline, _root_sampler())
-        agent_spans = BatchSpanProcessor(exporter, schedule_delay_millis=span_interval * 1000)
+        agent_spans = BatchSpanProcessor(agent_exporter, schedule_delay_millis=span_interval * 1000)
         _forward.target = agent_spans
     tel = hub.Telemetry(tracer)
     for reader in readers:
