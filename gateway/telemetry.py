@@ -54,9 +54,9 @@ class TelemetryMiddleware:
                 rec.failed(reason, "INTERNAL" if status >= 500 else "")
             rec.end(
                 self.tel.http_duration,
-                {
-                    names.HTTP_METHOD: scope["method"],
-                    names.HTTP_STATUS: status,
-                    names.URL_SCHEME: scope.get("scheme", "http"),
-                },
+                (
+                    (names.HTTP_METHOD, scope["method"]),
+                    (names.HTTP_STATUS, status),
+                    (names.URL_SCHEME, scope.get("scheme", "http")),
+                ),
             )

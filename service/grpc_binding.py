@@ -191,13 +191,15 @@ def _streaming(
     return method
 
 
-def _trace_carrier(context: grpc.aio.ServicerContext) -> dict[str, str]:
-    """The W3C trace context of the call's metadata (nothing else of it)."""
-    return {
-        k: v
-        for k, v in context.invocation_metadata() or ()
-        if k in (hub.TRACEPARENT, hub.TRACESTATE) and isinstance(v, str)
-    }
+def _trace_carrier(context: grpc.aio.ServicerContext) -> dict[str, str] | None:
+    """The W3C trace context of the call's metadata (nothing else of it), None without one."""
+    carrier = None
+    for key, value in context.invocation_metadata() or ():
+        if (key == hub.TRACEPARENT or key == hub.TRACESTATE) and isinstance(value, str):
+            if carrier is None:
+                carrier = {}
+            carrier[key] = value
+    return carrier
 
 
 def make_servicer(

@@ -220,24 +220,30 @@ class Call:
         """End a gRPC call: its span, and `rpc.server.call.duration`."""
         self.end(
             self.tel.rpc_duration,
-            {
-                names.RPC_SYSTEM: "grpc",
-                names.RPC_METHOD: f"{service}/{self.method}",
-                names.RPC_STATUS: self.code,
-            },
+            (
+                (names.RPC_SYSTEM, "grpc"),
+                (names.RPC_METHOD, f"{service}/{self.method}"),
+                (names.RPC_STATUS, self.code),
+            ),
         )
 
-    def end(self, histogram: Hist, attributes: dict[str, Any]) -> None:
+    def end(self, histogram: Hist, attributes: Key) -> None:
+        """End the call: its span, and one record in `histogram` with `attributes` and the
+        A2A ones."""
+        seconds = time.perf_counter() - self.start
         if self._stream:
             self._stream = False
             self.tel.stream_opened(self.binding, -1)
         self.detach()
         self.span.set_attribute(names.OUTCOME, self.outcome)
         self.span.end()
-        attributes[names.METHOD] = self.method
-        attributes[names.BINDING] = self.binding
-        attributes[names.OUTCOME] = self.outcome
-        histogram.record(time.perf_counter() - self.start, tuple(attributes.items()))
+        key = (
+            *attributes,
+            (names.METHOD, self.method),
+            (names.BINDING, self.binding),
+            (names.OUTCOME, self.outcome),
+        )
+        histogram.record(seconds, key)
 
 
 class TurnTrace:

@@ -36,6 +36,14 @@ SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 MAX_EVENTS = 32  # per span; more are counted in `dropped_events`, not kept
 _EMPTY_STATE = TraceState()
+UNSET = Status(StatusCode.UNSET)  # immutable: shared by every span until one sets its own
+_new_context = tuple.__new__  # SpanContext is a tuple; its constructor re-checks our own ids
+
+
+def _context(trace_id: int, span_id: int, flags: TraceFlags, state: TraceState) -> SpanContext:
+    """A valid, local SpanContext, without SpanContext.__new__'s range checks (the ids come
+    from getrandbits and are never 0)."""
+    return _new_context(SpanContext, (trace_id, span_id, False, flags, state, True))
 
 
 class SpanSink(Protocol):
@@ -87,7 +95,7 @@ class LightSpan(trace.Span):
         self.attributes = attributes
         self.events: list[tuple[str, int, Mapping[str, Any]]] = []
         self.links = links
-        self.status = Status(StatusCode.UNSET)
+        self.status = UNSET
         self.dropped_events = 0
         self._sink = sink
 
@@ -179,12 +187,8 @@ class LightTracer:
             trace_id = self._bits(128) or 1
             sampled = self.sampler(trace_id, name)
             state = _EMPTY_STATE
-        context = SpanContext(
-            trace_id,
-            self._bits(64) or 1,
-            is_remote=False,
-            trace_flags=SAMPLED if sampled else NOT_SAMPLED,
-            trace_state=state,
+        context = _context(
+            trace_id, self._bits(64) or 1, SAMPLED if sampled else NOT_SAMPLED, state
         )
         if not sampled:
             return NonRecordingSpan(context)
