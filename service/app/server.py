@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import logging
 import os
 import pathlib
@@ -529,6 +530,11 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     service = Service(settings)
     await service.start()
+    # What startup made (modules, descriptors, the agent) lives as long as the process: out
+    # of the collector's sight, full collections scan only what requests leave behind.
+    # Telemetry's spans wait up to a second for export and so reach the oldest generation;
+    # full collections of the whole heap then cost ~0.2 ms per request at ~500 req/s.
+    gc.freeze()
     http = f" http={service.http_port}" if service.http is not None else ""
     print(f"A2A service ready: grpc={service.grpc_port}{http}", flush=True)
     await stop.wait()
