@@ -3,7 +3,9 @@
 1. SendMessage throughput over gRPC with N requests in flight (one grpc.aio channel,
    N coroutines) against: a bare grpc.aio handler returning a canned response (the
    ceiling), the a2a-sdk 1.3.0 gRPC server with an echo executor, and our server with
-   the SQLite store and with the memory store (echo agent). Each server is a
+   the SQLite store and with the memory store (echo agent), and ours (SQLite) with
+   `telemetry = "otlp"` exporting traces and metrics to a stand-in collector on loopback
+   (otlp_collector.py), reported against telemetry off. Each server is a
    subprocess on an ephemeral 127.0.0.1 port; rounds are interleaved so machine noise
    hits every server alike.
 2. Streaming events per second to one subscriber (SendStreamingMessage, ChunkAgent).
