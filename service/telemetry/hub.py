@@ -28,9 +28,9 @@ from service.telemetry import names
 from service.telemetry.spans import LightTracer
 
 _W3C = TraceContextTextMapPropagator()
-# The service's current span: set by server calls, servicer calls and turns. A ContextVar
-# costs a fraction of an OpenTelemetry context attach; the OpenTelemetry context is attached
-# only around the agent's code (`Telemetry.enter_turn`), where the agent's own spans need it.
+# The service's current span: set by server calls, servicer calls and turns (which also make
+# it OpenTelemetry's current span, for an agent's own spans and for log lines that read the
+# ids with the API). Read first, as it is cheaper than OpenTelemetry's context.
 CURRENT: ContextVar[trace.Span | None] = ContextVar("a2a_span", default=None)
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
 
@@ -170,7 +170,9 @@ class Call:
         self.code = "OK"
         self.start = time.perf_counter()
         self._stream = False
-        self._token: Token[trace.Span | None] | None = CURRENT.set(span) if attach else None
+        # Current for the service and for OpenTelemetry's API (an access log reads the ids
+        # with `trace.get_current_span()`), until `detach`.
+        self._token = Telemetry.enter(span, otel=True) if attach else None
 
     def rename(self, method: str, binding: str) -> None:
         """The A2A method became known (JSON-RPC: after the body was read)."""
@@ -204,7 +206,7 @@ class Call:
     def detach(self) -> None:
         """Stop being the current span (before a stream's events are sent)."""
         if self._token is not None:
-            CURRENT.reset(self._token)
+            Telemetry.leave(self._token)
             self._token = None
 
     def stream_opened(self) -> None:

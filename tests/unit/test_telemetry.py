@@ -145,3 +145,25 @@ def test_the_prometheus_names_are_what_metrics_serves():
         installed.shutdown()
     served = set(re.findall(r"^# TYPE (\S+) ", text, re.M)) - {"target_info"}
     assert served == {m.prometheus for m in names.METRICS}
+
+
+def test_a_call_is_the_current_span_for_the_opentelemetry_api_until_it_ends():
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    installed = setup.install(
+        TelemetrySettings(),
+        span_exporter=InMemorySpanExporter(),
+        metric_readers=[InMemoryMetricReader()],
+    )
+    assert installed is not None and hub.current is not None
+    try:
+        before = trace.get_current_span()
+        rec = hub.current.server_call("GetTask", names.GRPC, None)
+        assert isinstance(rec.span, LightSpan)
+        assert trace.get_current_span() is rec.span  # what an access log line reads
+        assert hub.current_span() is rec.span
+        rec.end_rpc("lf.a2a.v1.A2AService")
+        assert trace.get_current_span() is before
+    finally:
+        installed.shutdown()
