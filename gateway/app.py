@@ -7,6 +7,7 @@
     GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
     GET  [/{tenant}]/tasks/{taskId}/files/{sha256}
                                         a stored file artifact, to its task's owner (files.py)
+    GET  /metrics                       Prometheus text, with `metrics_endpoint` (behind the guard)
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
 JSON-RPC and REST sit behind the guard of auth.py, which resolves the caller once
@@ -24,10 +25,12 @@ from collections.abc import Callable
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.access import logged
-from gateway.auth import HttpAuth, anonymous
+from gateway.auth import Handler, HttpAuth, anonymous
 from gateway.body import MAX_BODY_BYTES
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.dispatch import HttpOptions
@@ -36,6 +39,7 @@ from gateway.health import health_routes
 from gateway.invoker import Invoker
 from gateway.jsonrpc_http import JsonRpcEndpoint
 from gateway.jwks import JwksEndpoint
+from gateway.params import Caller
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
 from service.net.access import AccessLog
@@ -43,6 +47,17 @@ from service.net.readiness import Readiness
 from service.protocol.files import FILES_ROUTE, TENANT_FILES_ROUTE
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+METRICS_PATH = "/metrics"
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def metrics_endpoint(render: Callable[[], bytes]) -> Handler:
+    async def metrics(request: Request, caller: Caller) -> Response:
+        return Response(render(), media_type=PROMETHEUS_TEXT)
+
+    return metrics
 
 
 def build_app(
@@ -62,6 +77,7 @@ def build_app(
     reject_unknown_fields: bool = False,
     access: AccessLog | None = None,
     readiness: Readiness | None = None,
+    metrics: Callable[[], bytes] | None = None,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again).
@@ -90,6 +106,8 @@ def build_app(
         download = logged("rest", guard(FileEndpoint(files).handle), access, "DownloadFile")
         for template in (FILES_ROUTE, TENANT_FILES_ROUTE):
             routes.insert(-1, Route(template, download, methods=["GET", "HEAD"]))
+    if metrics is not None:  # Prometheus text; behind the guard like every A2A route
+        routes.insert(-1, Route(METRICS_PATH, guard(metrics_endpoint(metrics)), methods=["GET"]))
     if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all
         routes.insert(
             -1, Route(jwks_path, JwksEndpoint(jwks, card_max_age).handle, methods=ALL_METHODS)

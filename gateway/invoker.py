@@ -40,6 +40,7 @@ from service.protocol.errors import (
     UnauthenticatedError,
 )
 from service.protocol.params import VERSION_KEY
+from service.telemetry import hub
 
 # How long the proxy waits for a stream's first event before it commits to a
 # 200 event stream; errors raised later travel inside the stream.
@@ -70,12 +71,29 @@ class InProcessInvoker:
             self._handlers[method.name] = handler
 
     async def unary(self, name: str, request: Message, call: CallContext) -> Message:
-        return await self._handlers[name](request, call)
+        tel = hub.current
+        if tel is None:
+            return await self._handlers[name](request, call)
+        return await self._servicer_call(tel, name, request, call)
 
     async def stream(
         self, name: str, request: Message, call: CallContext
     ) -> NumberedEvents[Message]:
-        return await self._handlers[name](request, call)
+        tel = hub.current
+        if tel is None:
+            return await self._handlers[name](request, call)
+        return await self._servicer_call(tel, name, request, call)  # the span: until it starts
+
+    async def _servicer_call(
+        self, tel: hub.Telemetry, name: str, request: Message, call: CallContext
+    ) -> Any:
+        span = tel.servicer_span(name)
+        tokens = tel.enter(span)
+        try:
+            return await self._handlers[name](request, call)
+        finally:
+            tel.leave(tokens)
+            span.end()
 
     async def close(self) -> None:
         return None
@@ -147,6 +165,10 @@ def _metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
     items = dict(call.metadata)
     if not items.get(VERSION_KEY, "").strip():
         items[VERSION_KEY] = call.default_version  # make the HTTP default explicit upstream
+    if hub.current is not None:  # the upstream's server span continues this request's trace
+        parent = hub.traceparent()
+        if parent:
+            items[hub.TRACEPARENT] = parent
     return tuple(items.items())
 
 

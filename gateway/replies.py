@@ -23,10 +23,12 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 
 from gateway.invoker import Invoker
+from gateway.telemetry import REQUEST
 from service.api import CallContext
 from service.engine.stream import NumberedEvents
 from service.net import access
 from service.protocol.errors import A2AError, as_a2a_error
+from service.telemetry.describe import describe
 
 Document = dict[str, Any]
 
@@ -54,6 +56,9 @@ class ErrorReply:
         call = access.current()
         if call is not None:
             call.failed(err)
+        rec = REQUEST.get()
+        if rec is not None:
+            rec.failed(err.reason, err.grpc_status)
         return cls(renderer.error(err), err)
 
 
@@ -63,13 +68,16 @@ class DocumentStream:
     the stream with one `ErrorReply`; closing it closes the events, which ends only
     this subscription (the task keeps running)."""
 
-    __slots__ = ("_events", "_renderer", "_where", "_ended")
+    __slots__ = ("_events", "_renderer", "_where", "_ended", "_rec")
 
     def __init__(self, events: NumberedEvents[Message], renderer: Renderer, where: str) -> None:
         self._events = events
         self._renderer = renderer
         self._where = where
         self._ended = False
+        self._rec = REQUEST.get()  # the request's telemetry (None when off)
+        if self._rec is not None:
+            self._rec.stream_opened()
 
     @property
     def seq(self) -> int | None:
@@ -86,6 +94,8 @@ class DocumentStream:
             call = access.current()
             if call is not None:
                 call.saw(event)
+            if self._rec is not None:
+                self._rec.stream_event(event, describe)
             return self._renderer.result(event)
         except StopAsyncIteration:
             raise
@@ -115,10 +125,16 @@ async def invoke(
     if logged is not None:
         logged.method = method.name
         logged.saw(message)
+    rec = REQUEST.get()
+    if rec is not None:
+        rec.rename(method.name, rec.binding)
+        rec.principal(call.principal)
     if method.server_streaming:
         events = await invoker.stream(method.name, message, call)
         return DocumentStream(events, renderer, f"{where} stream")
     response = await invoker.unary(method.name, message, call)
     if logged is not None:
         logged.saw(response)
+    if rec is not None:
+        describe(rec, response)
     return renderer.result(response)

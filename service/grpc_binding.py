@@ -39,6 +39,8 @@ from service.protocol.errors import (
     as_a2a_error,
     error_details,
 )
+from service.telemetry import hub, names
+from service.telemetry.describe import describe
 
 log = logging.getLogger("service.grpc")
 
@@ -130,12 +132,14 @@ def _unary(
     access: AccessLog | None,
 ) -> Callable[..., Awaitable[Any]]:
     handler = getattr(api, name)
+    tel = hub.current  # None (telemetry off): no span, no metric, one `is None` per step
 
     async def method(self: object, request: ProtoMessage, context: grpc.aio.ServicerContext) -> Any:
         call = access.open("grpc", name) if access is not None else None
+        rec = tel.server_call(name, names.GRPC, _trace_carrier(context)) if tel else None
         try:
             if calls.limit and calls.active >= calls.limit:
-                await _abort(context, calls.refusal(), call)
+                await _abort(context, calls.refusal(), call, rec)
             calls.active += 1
             try:
                 if call is not None:
@@ -143,12 +147,16 @@ def _unary(
                 ctx = await call_context(context, authenticate)
                 if call is not None:
                     call.principal = ctx.principal
+                if rec is not None:
+                    rec.principal(ctx.principal)
                 response = await handler(request, ctx)
                 if call is not None:
                     call.saw(response)
+                if rec is not None:
+                    describe(rec, response)
                 return response
             except Exception as exc:  # every failure leaves as a typed status
-                await _abort(context, as_a2a_error(exc, name), call)
+                await _abort(context, as_a2a_error(exc, name), call, rec)
             except asyncio.CancelledError:  # the caller went away
                 if call is not None:
                     call.outcome = CANCELLED
@@ -157,7 +165,9 @@ def _unary(
                 calls.active -= 1
         finally:
             if call is not None:
-                call.close()
+                call.close()  # while the call's span is still current (its ids in the line)
+            if rec is not None:
+                rec.end_rpc(SERVICE.full_name)
 
     method.__name__ = name
     return method
@@ -171,14 +181,16 @@ def _streaming(
     access: AccessLog | None,
 ) -> Callable[..., AsyncIterator[Any]]:
     handler = getattr(api, name)
+    tel = hub.current
 
     async def method(
         self: object, request: ProtoMessage, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
         call = access.open("grpc", name) if access is not None else None
+        rec = tel.server_call(name, names.GRPC, _trace_carrier(context)) if tel else None
         try:
             if calls.limit and calls.active >= calls.limit:
-                await _abort(context, calls.refusal(), call)
+                await _abort(context, calls.refusal(), call, rec)
             calls.active += 1
             try:
                 if call is not None:
@@ -186,13 +198,20 @@ def _streaming(
                 ctx = await call_context(context, authenticate)
                 if call is not None:
                     call.principal = ctx.principal
+                if rec is not None:
+                    rec.principal(ctx.principal)
                 events = await handler(request, ctx)
+                if rec is not None:
+                    rec.detach()  # the events are sent outside the span's context
+                    rec.stream_opened()
                 async for event in events:
                     if call is not None:
                         call.saw(event)
+                    if rec is not None:
+                        rec.stream_event(event, describe)
                     yield event
             except Exception as exc:
-                await _abort(context, as_a2a_error(exc, name), call)
+                await _abort(context, as_a2a_error(exc, name), call, rec)
             except asyncio.CancelledError:  # the caller went away
                 if call is not None:
                     call.outcome = CANCELLED
@@ -202,16 +221,33 @@ def _streaming(
         finally:
             if call is not None:
                 call.close()
+            if rec is not None:
+                rec.end_rpc(SERVICE.full_name)
 
     method.__name__ = name
     return method
 
 
-async def _abort(context: grpc.aio.ServicerContext, err: A2AError, call: Call | None) -> None:
-    """End the call with `err` as a typed status (and say so in its access line)."""
+async def _abort(
+    context: grpc.aio.ServicerContext, err: A2AError, call: Call | None, rec: hub.Call | None
+) -> None:
+    """End the call with `err` as a typed status (and say so in its access line and span)."""
     if call is not None:
         call.failed(err)
+    if rec is not None:
+        rec.failed(err.reason, err.grpc_status)
     await context.abort_with_status(error_status(err))
+
+
+def _trace_carrier(context: grpc.aio.ServicerContext) -> dict[str, str] | None:
+    """The W3C trace context of the call's metadata (nothing else of it), None without one."""
+    carrier = None
+    for key, value in context.invocation_metadata() or ():
+        if (key == hub.TRACEPARENT or key == hub.TRACESTATE) and isinstance(value, str):
+            if carrier is None:
+                carrier = {}
+            carrier[key] = value
+    return carrier
 
 
 def make_servicer(
@@ -272,7 +308,7 @@ async def _refuse(
     except Exception as exc:
         err = as_a2a_error(exc, "gRPC request parsing")
     try:
-        await _abort(context, err, call)
+        await _abort(context, err, call, None)
     finally:
         if call is not None:
             call.close()

@@ -30,6 +30,7 @@ from service.net.logs import LogSettings, validate_logs
 from service.net.readiness import ProbeSettings, validate_probes
 from service.permission.policy import PermissionSettings, validate_permissions
 from service.push.settings import PushSettings, validate_push
+from service.telemetry.settings import TelemetrySettings, validate_telemetry
 
 ENV_PREFIX = "A2A_"
 
@@ -53,6 +54,7 @@ class Settings(
     LimitSettings,
     RetentionSettings,
     ClusterSettings,
+    TelemetrySettings,
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
@@ -317,6 +319,7 @@ def validate(s: Settings) -> None:
         validate_limits,
         validate_retention,
         validate_cluster,
+        validate_telemetry,
     ):
         try:
             check(s)

@@ -35,6 +35,7 @@ from gen import a2a_pb2 as pb
 from service.auth.credentials import SecretTable
 from service.auth.jwt_bearer import JwtVerifier
 from service.protocol.errors import UnauthenticatedError
+from service.telemetry import hub
 
 log = logging.getLogger("service.auth")
 
@@ -111,6 +112,7 @@ class Authenticator:
         for key in self.credential_keys:
             if key in repeated:
                 log.debug("refused: the credential key %r was sent more than once", key)
+                hub.count_auth_failure(self._offered(metadata))
                 raise UnauthenticatedError(
                     f"Unauthorized: {key!r} was sent more than once; send exactly one credential."
                 )
@@ -121,8 +123,19 @@ class Authenticator:
                 found = self.api_keys.match(offered.strip())
                 found = f"apikey:{found}" if found else None
         if found is None:
+            hub.count_auth_failure(self._offered(metadata))
             raise UnauthenticatedError("Unauthorized")
         return found
+
+    def _offered(self, metadata: Mapping[str, str]) -> str:
+        """Which scheme a refused caller tried, for the auth-failure metric (never a value)."""
+        header = metadata.get(AUTHORIZATION, "").strip()
+        if header:
+            word = header.partition(" ")[0].lower()
+            return word if word in ("bearer", "basic") else "other"
+        if self.api_keys and metadata.get(self.api_key_key):
+            return API_KEY
+        return "none"
 
     async def __call__(self, metadata: MutableMapping[str, str]) -> str:
         """Authenticate, then drop the credentials from `metadata`: past this point (the API,

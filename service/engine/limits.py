@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from service.protocol.errors import OverloadedError
+from service.telemetry import hub
 
 RETRY_AFTER_SECONDS = 1.0  # the hint for limits on work in flight (a turn or stream ends soon)
 _MAX_BUCKETS = 100_000  # principals with a partly used bucket kept at once (full ones are dropped)
@@ -95,7 +96,8 @@ def refuse(
 ) -> OverloadedError:
     """The one refusal of every limit (count refusals here): RESOURCE_EXHAUSTED / 429 with
     ErrorInfo metadata `setting` (the limit's key) and `limit` (its value), and a
-    RetryInfo / Retry-After hint."""
+    RetryInfo / Retry-After hint. Counted in the `a2a.limits.refused` metric."""
+    hub.count_refusal(setting)
     return OverloadedError(
         message, metadata={"setting": setting, "limit": f"{limit:g}"}, retry_after=retry_after
     )

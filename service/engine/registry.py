@@ -40,6 +40,7 @@ from service.protocol.views import (  # noqa: F401 - encode_cursor: the token fo
     status_after,
 )
 from service.store import Scope, StoredEvent, TaskQuery, TaskStore, snapshot_with_seq
+from service.telemetry import hub, names
 
 log = logging.getLogger("service.engine")
 
@@ -350,7 +351,11 @@ class Engine:
         return turn
 
     def _start_agent(self, run: TaskRun, ctx: TurnContext) -> None:
-        run.start_agent(self._drive(run, ctx))
+        tel = hub.current
+        if tel is None:
+            run.start_agent(self._drive(run, ctx))
+        else:
+            run.start_agent(self._traced(tel, run, ctx))
         self.watchdog.watch(run)
 
     def _free_slot(self, run: TaskRun) -> None:
@@ -366,6 +371,25 @@ class Engine:
         stopping = asyncio.get_running_loop().create_task(run.stop_agent(cancel=False))
         self._stopping.add(stopping)
         stopping.add_done_callback(self._stopping.discard)
+
+    async def _traced(self, tel: hub.Telemetry, run: TaskRun, ctx: TurnContext) -> None:
+        """The turn inside its span (a child of the call that started it, and the current
+        span while the agent runs, so an agent's own spans nest under it): the task's
+        events on it, its final state, and `a2a.tasks.active` while it runs."""
+        turn = tel.turn(run.task_id, run.context_id, ctx.caller.principal)
+        run.trace = turn
+        tel.tasks_active += 1
+        tokens = tel.enter(turn.span, otel=True)  # the agent's own spans nest under the turn
+        try:
+            await self._drive(run, ctx)
+        finally:
+            tel.leave(tokens)
+            tel.tasks_active -= 1
+            if run.trace is turn:
+                run.trace = None
+            if run.task is not None:
+                turn.span.set_attribute(names.STATE, state_name(run.state))
+            turn.span.end()
 
     async def _drive(self, run: TaskRun, ctx: TurnContext) -> None:
         try:

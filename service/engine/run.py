@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -24,6 +25,7 @@ from service.protocol.errors import InternalError, InvalidAgentResponseError, Un
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
 from service.store import Scope, StoredEvent, TaskStore
+from service.telemetry import hub
 
 log = logging.getLogger("service.run")
 
@@ -94,6 +96,7 @@ class TaskRun:
         self.stop_reason: str | None = None
         self.watch_handle: asyncio.TimerHandle | None = None
         self._on_pause = on_pause
+        self.trace: hub.TurnTrace | None = None  # the running turn's span (telemetry on)
 
     # ---- state -----------------------------------------------------------
 
@@ -213,6 +216,8 @@ class TaskRun:
         update.append = append
         update.last_chunk = last_chunk
         self._queue(event)
+        if self.trace is not None:
+            self.trace.artifact(artifact.artifact_id, last_chunk, self.seq)
 
     async def store_file(
         self, source: FileSource, filename: str, media_type: str | None
@@ -297,6 +302,10 @@ class TaskRun:
         event, update = self._update_event("status_update", metadata)
         update.status.CopyFrom(status)
         self._queue(event)
+        if self.trace is not None:
+            self.trace.status(state_name(state), self.seq)
+        if state in TERMINAL and hub.current is not None:
+            hub.current.task_ended(state_name(state))
 
     def _update_event(self, kind: str, metadata: dict | None) -> tuple[pb.StreamResponse, Any]:
         """A StreamResponse whose `kind` update names this task and carries `metadata`."""
@@ -338,10 +347,14 @@ class TaskRun:
                     await self._linger()
                 batch, self._pending = self._pending, []
                 assert self.task is not None
+                trace = self.trace
+                started = time.perf_counter() if trace is not None else 0.0
                 try:
                     # save() serializes before it yields, so later mutations cannot leak in.
                     await self.store.save(self.scope, self.task, batch)
                 except Exception as exc:
+                    if trace is not None:
+                        trace.committed(len(batch), time.perf_counter() - started, failed=True)
                     # The run cannot go on consistently: every waiter learns it now.
                     self.failed_commit = exc
                     self._pending = []
@@ -358,6 +371,8 @@ class TaskRun:
                     if self._commit_signal is not None and not self._commit_signal.done():
                         self._commit_signal.set_result(None)
                     return
+                if trace is not None:
+                    trace.committed(len(batch), time.perf_counter() - started)
                 self.committed_seq = batch[-1].seq
                 self._last_save = asyncio.get_running_loop().time()
                 if self._commit_signal is not None and not self._commit_signal.done():

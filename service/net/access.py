@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import Message
-from opentelemetry import trace
+
+from service.telemetry import hub
 
 log = logging.getLogger("service.access")
 refusals = logging.getLogger("service.access.unauthenticated")  # flood-limited: logflood
@@ -108,7 +109,7 @@ class AccessLog:
             "principal": call.principal,
             "ref": call.ref,
         }
-        span = trace.get_current_span().get_span_context()
+        span = hub.current_span().get_span_context()  # ours, else OpenTelemetry's
         if span.is_valid:
             fields["trace_id"] = format(span.trace_id, "032x")
             fields["span_id"] = format(span.span_id, "016x")

@@ -9,8 +9,11 @@ INTERRUPTED = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIR
 SETTLED = TERMINAL | INTERRUPTED  # a turn ends here: requests return, streams close
 
 
+_NAMES = {number: name for name, number in pb.TaskState.items()}
+
+
 def state_name(state: int) -> str:
-    return pb.TaskState.Name(state) if state in pb.TaskState.values() else str(state)
+    return _NAMES.get(state) or str(state)  # a dict, not TaskState.Name: on the hot path
 
 
 def ends_stream(event: pb.StreamResponse, until: frozenset[int] = SETTLED) -> bool:

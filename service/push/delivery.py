@@ -33,6 +33,7 @@ from service.push.queue_base import Job, Lease, PushQueue
 from service.push.ssrf import CallbackRefused, CallbackUnresolvable
 from service.push.transport import CallbackClient, Reply, TransportError
 from service.store import Scope
+from service.telemetry import hub, names
 
 log = logging.getLogger("service.push")
 
@@ -117,6 +118,10 @@ class DeliveryWorker:
                 self._capacity.clear()
                 await self._capacity.wait()
                 continue
+            tel = hub.current
+            depth = getattr(self.queue, "depth", None)  # local-file knows it; redis-streams not
+            if tel is not None and depth is not None:
+                tel.push_queue_depth = depth()
             try:
                 leases = await self.queue.lease(free)
             except Exception as exc:  # e.g. Redis unreachable: keep trying, loudly
@@ -169,6 +174,8 @@ class DeliveryWorker:
                 job.task_id,
             )
             await self.queue.ack(lease)
+            if hub.current is not None:
+                hub.current.push_outcome("dropped")
             return
         host = _host_of(config.url)
         if not await self._host_slot(host):
@@ -213,51 +220,74 @@ class DeliveryWorker:
             del self._per_host[host]
 
     async def _post(self, lease: Lease, job: Job, config: pb.TaskPushNotificationConfig) -> None:
+        tel = hub.current
+        if tel is None:
+            await self._attempt(lease, job, config, request_headers(job, config))
+            return
+        # Its own span, in the trace of the turn that committed the event (and linked to
+        # it); the receiver gets the span's traceparent.
+        span = tel.push_span(job.trace, job.task_id, job.seq, job.attempts + 1)
+        headers = request_headers(job, config)
+        parent = hub.traceparent(span.get_span_context())
+        if parent:
+            headers.append(("traceparent", parent))
+        outcome = "dead"
         try:
-            reply: Reply = await self.client.post(
-                config.url, request_headers(job, config), job.body.encode()
-            )
+            outcome = await self._attempt(lease, job, config, headers)
+        finally:
+            tel.push_outcome(outcome)
+            span.set_attribute(names.PUSH_OUTCOME, outcome)
+            span.end()
+
+    async def _attempt(
+        self,
+        lease: Lease,
+        job: Job,
+        config: pb.TaskPushNotificationConfig,
+        headers: list[tuple[str, str]],
+    ) -> str:
+        """One POST and what follows; returns the outcome (delivered, retried, dead)."""
+        try:
+            reply: Reply = await self.client.post(config.url, headers, job.body.encode())
         except CallbackUnresolvable as exc:
-            await self._retry(lease, job, str(exc), None)
-            return
+            return await self._retry(lease, job, str(exc), None)
         except CallbackRefused as exc:
-            await self._dead(lease, job, f"callback URL refused: {exc}")
-            return
+            return await self._dead(lease, job, f"callback URL refused: {exc}")
         except TimeoutError:
-            await self._retry(lease, job, f"timed out after {self.client.timeout:g} s", None)
-            return
+            return await self._retry(lease, job, f"timed out after {self.client.timeout:g} s", None)
         except (OSError, TransportError) as exc:
-            await self._retry(lease, job, f"network error: {type(exc).__name__}: {exc}", None)
-            return
+            return await self._retry(
+                lease, job, f"network error: {type(exc).__name__}: {exc}", None
+            )
         status = reply.status
         if 200 <= status < 300:
             self.delivered += 1
             await self.queue.ack(lease)
-        elif status in RETRYABLE or 500 <= status < 600:
+            return "delivered"
+        if status in RETRYABLE or 500 <= status < 600:
             retry_after = parse_retry_after(reply.headers.get("retry-after"), time.time())
-            await self._retry(lease, job, f"HTTP {status}", retry_after)
-        elif 300 <= status < 400:
-            await self._dead(lease, job, f"HTTP {status}: redirects are not followed")
-        else:
-            await self._dead(lease, job, f"HTTP {status}")
+            return await self._retry(lease, job, f"HTTP {status}", retry_after)
+        if 300 <= status < 400:
+            return await self._dead(lease, job, f"HTTP {status}: redirects are not followed")
+        return await self._dead(lease, job, f"HTTP {status}")
 
-    async def _retry(self, lease: Lease, job: Job, error: str, retry_after: float | None) -> None:
+    async def _retry(self, lease: Lease, job: Job, error: str, retry_after: float | None) -> str:
         now = time.time()
         job.attempts += 1
         job.last_error = error
         policy = self.retry_policy
         if job.attempts >= policy.max_attempts:
-            await self._dead(lease, job, f"gave up after {job.attempts} attempts; last: {error}")
-            return
+            return await self._dead(
+                lease, job, f"gave up after {job.attempts} attempts; last: {error}"
+            )
         due = now + policy.delay(job.attempts, retry_after)
         if due - job.created_at > policy.max_age:
-            await self._dead(
+            return await self._dead(
                 lease,
                 job,
                 f"gave up after {now - job.created_at:.0f} s "
                 f"({job.attempts} attempts); last: {error}",
             )
-            return
         log.info(
             "push job %s for task %s: %s; attempt %d, next in %.1f s",
             job.id,
@@ -268,8 +298,9 @@ class DeliveryWorker:
         )
         job.due_at = due
         await self.queue.retry(lease, job)
+        return "retried"
 
-    async def _dead(self, lease: Lease, job: Job, error: str) -> None:
+    async def _dead(self, lease: Lease, job: Job, error: str) -> str:
         self.failed += 1
         job.last_error = error
         log.warning(
@@ -280,6 +311,7 @@ class DeliveryWorker:
             error,
         )
         await self.queue.dead(lease, job, error)
+        return "dead"
 
 
 def _host_of(url: str) -> str:

@@ -27,6 +27,7 @@ from gen import a2a_pb2 as pb
 from service.protocol.states import TERMINAL
 from service.push.queue_base import CursorKey, CursorMove, Job, PushQueue, TaskKey
 from service.store import Scope, Store, StoredEvent
+from service.telemetry import hub
 
 log = logging.getLogger("service.push")
 
@@ -189,6 +190,8 @@ class Dispatcher:
         if not events:
             return
         now = time.time()
+        # The turn whose commit scheduled this catch-up: each delivery continues its trace.
+        trace = hub.traceparent() if hub.current is not None else ""
         bodies: dict[int, str] = {}
         for config_id, seq in ready.items():
             new = [e for e in events if e.seq > seq]
@@ -200,7 +203,7 @@ class Dispatcher:
                 body = bodies.get(e.seq)
                 if body is None:
                     body = bodies[e.seq] = event_json(e.event)
-                jobs.append(Job.new(cursor, e.seq, body, now))
+                jobs.append(Job.new(cursor, e.seq, body, now, trace))
             if not await self.queue.enqueue(jobs, CursorMove(cursor, seq, new[-1].seq)):
                 self._again.add(key)  # moved elsewhere meanwhile: read the cursors again
                 continue

@@ -47,6 +47,7 @@ class Job:
     attempts: int = 0
     last_error: str = ""
     replay: bool = False  # re-enqueued by an operator from the dead-letter store
+    trace: str = ""  # W3C traceparent of the turn that committed the event ('' = none)
 
     @property
     def lane(self) -> str:
@@ -65,10 +66,10 @@ class Job:
         return cls(**json.loads(text))
 
     @classmethod
-    def new(cls, cursor: CursorKey, seq: int, body: str, now: float) -> Job:
+    def new(cls, cursor: CursorKey, seq: int, body: str, now: float, trace: str = "") -> Job:
         tenant, owner, task_id, config_id = cursor
         job_id = f"{lane_of(*cursor)}-{seq:012d}"
-        return cls(job_id, tenant, owner, task_id, config_id, seq, body, now, now)
+        return cls(job_id, tenant, owner, task_id, config_id, seq, body, now, now, trace=trace)
 
 
 @dataclass(slots=True)

@@ -155,6 +155,10 @@ class FileQueue:
         self._last_adopt = 0.0
         self._io: _IoThread | None = None
 
+    def depth(self) -> int:
+        """Jobs waiting (due or not, leased ones included), for the queue-depth gauge."""
+        return len(self._pending_ids)
+
     # ---- files -------------------------------------------------------------
 
     def _write(

@@ -64,6 +64,7 @@ from service.protocol.states import TERMINAL
 from service.protocol.timeutil import status_micros
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
 from service.store.pacing import CommitPacer
+from service.telemetry import hub
 
 log = logging.getLogger(__name__)
 
@@ -804,7 +805,11 @@ class SqliteTaskStore:
         another process holds the write lock (the batch stays queued)."""
         assert self._wconn is not None and self._loop is not None
         batch = self._pending[:_MAX_BATCH]
+        tel = hub.current
+        started = time.perf_counter() if tel is not None else 0.0
         outcomes = self._commit_batch(self._wconn, batch)
+        if tel is not None and outcomes is not None:
+            tel.committed(time.perf_counter() - started, len(batch))
         if outcomes is None:
             now = self._loop.time()
             if self._busy_since is None:

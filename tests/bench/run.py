@@ -3,7 +3,9 @@
 1. SendMessage throughput over gRPC with N requests in flight (one grpc.aio channel,
    N coroutines) against: a bare grpc.aio handler returning a canned response (the
    ceiling), the a2a-sdk 1.3.0 gRPC server with an echo executor, and our server with
-   the SQLite store and with the memory store (echo agent). Each server is a
+   the SQLite store and with the memory store (echo agent), and ours (SQLite) with
+   `telemetry = "otlp"` exporting traces and metrics to a stand-in collector on loopback
+   (otlp_collector.py), reported against telemetry off. Each server is a
    subprocess on an ephemeral 127.0.0.1 port; rounds are interleaved so machine noise
    hits every server alike.
 2. Streaming events per second to one subscriber (SendStreamingMessage, ChunkAgent).
@@ -177,11 +179,28 @@ async def bench_send(args, tmp: pathlib.Path) -> list[dict]:
             True,
         ),
         ("ours_memory", "ours, memory store, echo agent", ours_argv("memory:"), True),
+        (
+            "ours_sqlite_otel",
+            "ours, SQLite, telemetry otlp (traces+metrics)",
+            ours_argv(f"sqlite:{tmp / 'send_otel.db'}"),
+            True,
+        ),
     ]
+    collector = ServerProcess(
+        "otlp_collector", [PY, str(ROOT / "tests/bench/otlp_collector.py")], tmp
+    )
     servers = []
     try:
+        collector.start()
+        telemetry_env = {
+            "A2A_TELEMETRY": "otlp",
+            "A2A_OTLP_PROTOCOL": "grpc",
+            "A2A_OTLP_ENDPOINT": f"http://{collector.target}",
+            "OTEL_METRIC_EXPORT_INTERVAL": "1000",  # ms: metrics leave during every window
+        }
         for key, label, argv, check in specs:
-            servers.append((key, label, ServerProcess(key, argv, tmp).start(), check))
+            env = telemetry_env if key.endswith("_otel") else None
+            servers.append((key, label, ServerProcess(key, argv, tmp, env).start(), check))
         runs: dict[str, list[dict]] = {key: [] for key, *_ in specs}
         for rnd in range(args.rounds):
             for key, label, server, check in servers:
@@ -195,7 +214,10 @@ async def bench_send(args, tmp: pathlib.Path) -> list[dict]:
     finally:
         for *_, server, _check in servers:
             server.stop()
+        collector.stop()
     rows = [summarize_rounds(key, label, runs[key]) for key, label, *_ in specs]
+    received = [line for line in collector.log_tail(5).splitlines() if line.startswith("received")]
+    rows[-1]["collector"] = received[-1] if received else "nothing received"
     # Ratio per round (each server against the bare ceiling of the same round), then the
     # median: rounds are interleaved, so drift in machine load cancels out.
     bare_rates = rows[0]["rps_rounds"]
@@ -204,6 +226,13 @@ async def bench_send(args, tmp: pathlib.Path) -> list[dict]:
             r / b if b else float("nan") for r, b in zip(row["rps_rounds"], bare_rates, strict=True)
         ]
         row["vs_bare"] = statistics.median(row["vs_bare_rounds"])
+    # Telemetry on against off: the same store and agent, in the same rounds.
+    on, off = rows[-1], next(r for r in rows if r["key"] == "ours_sqlite")
+    on["vs_off_rounds"] = [
+        a / b if b else float("nan")
+        for a, b in zip(on["rps_rounds"], off["rps_rounds"], strict=True)
+    ]
+    on["vs_off"] = statistics.median(on["vs_off_rounds"])
     return rows
 
 
@@ -549,6 +578,13 @@ def report(results: dict, args) -> str:
             f"({'met' if ours['vs_bare'] >= 0.5 else 'NOT met'}); "
             f"a2a-sdk {sdk['vs_bare'] * 100:.0f}% of bare; ours/a2a-sdk = {ours['rps'] / sdk['rps']:.1f}x"
             "\n(the bare ceiling is bounded by this Python client: see its client CPU%)"
+        )
+        otel = next(r for r in results["send_message"] if r["key"] == "ours_sqlite_otel")
+        spread = ", ".join(f"{x * 100:.0f}%" for x in otel["vs_off_rounds"])
+        out.append(
+            f"telemetry: traces + metrics over OTLP/gRPC to a loopback collector, against off "
+            f"(SQLite) -> {otel['vs_off'] * 100:.0f}% (rounds: {spread}); target >= 90% "
+            f"({'met' if otel['vs_off'] >= 0.9 else 'NOT met'}); collector {otel['collector']}"
         )
     if "streaming" in results:
         out.append(

@@ -60,7 +60,7 @@ def test_bench_quick_produces_every_row(tmp_path):
         return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
     send = {r["key"]: r for r in doc["send_message"]}
-    assert set(send) == {"bare", "sdk", "ours_sqlite", "ours_memory"}
+    assert set(send) == {"bare", "sdk", "ours_sqlite", "ours_memory", "ours_sqlite_otel"}
     for key, row in send.items():
         assert row["errors"] == 0, (key, row["first_error"])
         for field in ("rps", "p50_ms", "p99_ms", "vs_bare"):

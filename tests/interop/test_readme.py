@@ -98,11 +98,14 @@ def _end_group(pgid: int) -> None:
 
 def test_every_block_is_run_or_says_why_not():
     languages = {lang for _, lang, _ in FENCES}
-    assert languages <= {"sh", "python", "json", "yaml", "toml"}, languages  # no unmarked shell
+    assert languages <= {"sh", "python", "json", "yaml", "toml", "text"}, languages  # no unmarked shell
     assert README.count("```") == 2 * len(FENCES)  # every fence was found
     assert len(BLOCKS) >= 8
     for reason, block in NOT_RUN:
         assert len(reason.split()) >= 5, f"say why this block is not run:\n{block}"
+    for reason, lang, body in FENCES:  # a transcript shows commands: say why it is not run
+        if lang == "text" and any(line.startswith("$ ") for line in body.splitlines()):
+            assert reason and len(reason.split()) >= 5, f"say why this is not run:\n{body}"
     for _, lang, body in FENCES:
         if lang == "python":
             try:

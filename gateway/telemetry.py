@@ -1,0 +1,62 @@
+"""Telemetry of the HTTP gateway: one server span per request, named after the A2A method.
+
+`TelemetryMiddleware` (installed by the composition root when telemetry is on) starts
+the span of every request but the probes and `/metrics`, continuing a W3C
+`traceparent` / `tracestate` from the headers, keeps it current while the request is
+handled, and records `http.server.request.duration` when the response is done.
+While a request runs, `REQUEST` holds its `hub.Call`: the one HTTP tail (replies.py)
+names it after the A2A method once known, notes the principal, the task and the
+outcome, and counts its stream and events.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.telemetry import hub, names
+
+REQUEST: ContextVar[hub.Call | None] = ContextVar("a2a_http_request", default=None)
+UNTRACED = ("/health", "/metrics")  # probes and scrapes: no spans, no request metric
+_CARRIED = (hub.TRACEPARENT.encode(), hub.TRACESTATE.encode())
+
+
+class TelemetryMiddleware:
+    def __init__(self, app: ASGIApp, tel: hub.Telemetry) -> None:
+        self.app = app
+        self.tel = tel
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(UNTRACED):
+            await self.app(scope, receive, send)
+            return
+        carrier = {
+            k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _CARRIED
+        }
+        binding = names.JSONRPC if scope["path"] == "/" else names.REST
+        rec = self.tel.server_call(f"HTTP {scope['method']}", binding, carrier)
+        token = REQUEST.set(rec)
+        status = 500
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            REQUEST.reset(token)
+            if rec.outcome == names.OK and status >= 400:
+                reason = "UNAUTHENTICATED" if status == 401 else f"HTTP_{status}"
+                rec.failed(reason, "INTERNAL" if status >= 500 else "")
+            rec.end(
+                self.tel.http_duration,
+                (
+                    (names.HTTP_METHOD, scope["method"]),
+                    (names.HTTP_STATUS, status),
+                    (names.URL_SCHEME, scope.get("scheme", "http")),
+                ),
+            )

@@ -1,0 +1,145 @@
+"""`telemetry = "otlp"` really sends: a collector stand-in on loopback receives the spans and
+metrics, over gRPC (TraceService / MetricsService from opentelemetry-proto) and over
+HTTP/protobuf (`/v1/traces`, `/v1/metrics`), with the configured headers."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from gen import a2a_pb2 as pb
+from gen import a2a_pb2_grpc
+from tests.conftest import user_message
+from tests.push_util import eventually
+
+
+class Collected:
+    """What the stand-in collector received."""
+
+    def __init__(self) -> None:
+        self.spans: list = []
+        self.metrics: set[str] = set()
+        self.headers: list[dict[str, str]] = []
+        self.service_names: set[str] = set()
+
+    def traces(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        for rs in request.resource_spans:
+            for kv in rs.resource.attributes:
+                if kv.key == "service.name":
+                    self.service_names.add(kv.value.string_value)
+            for ss in rs.scope_spans:
+                self.spans += list(ss.spans)
+
+    def metric_names(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
+        for rm in request.resource_metrics:
+            for sm in rm.scope_metrics:
+                self.metrics.update(m.name for m in sm.metrics)
+
+
+class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, collected: Collected) -> None:
+        self.collected = collected
+
+    async def Export(self, request, context):
+        self.collected.traces(request)
+        self.collected.headers.append(dict(context.invocation_metadata()))
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+class MetricsReceiver(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, collected: Collected) -> None:
+        self.collected = collected
+
+    async def Export(self, request, context):
+        self.collected.metric_names(request)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
+@pytest.fixture
+async def grpc_collector():
+    collected = Collected()
+    server = grpc.aio.server()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceReceiver(collected), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
+        MetricsReceiver(collected), server
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield collected, f"http://127.0.0.1:{port}"
+    await server.stop(0)
+
+
+@pytest.fixture
+def http_collector():
+    collected = Collected()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            collected.headers.append({k.lower(): v for k, v in self.headers.items()})
+            if self.path == "/v1/traces":
+                collected.traces(trace_service_pb2.ExportTraceServiceRequest.FromString(body))
+            elif self.path == "/v1/metrics":
+                collected.metric_names(
+                    metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+                )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield collected, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def send_one(service) -> pb.SendMessageResponse:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        return await stub.SendMessage(
+            pb.SendMessageRequest(message=user_message("hello collector")),
+            metadata=(("a2a-version", "1.0"),),
+        )
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+async def test_the_otlp_exporter_sends_spans_and_metrics(
+    grpc_collector, http_collector, monkeypatch, start_service, protocol
+):  # start_service last: the service stops (and flushes) before the collectors do
+    collected, endpoint = grpc_collector if protocol == "grpc" else http_collector
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "200")  # ms, read by the SDK
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "otlp-test-service")
+    service = await start_service(
+        store="memory:",
+        telemetry="otlp",
+        otlp_protocol=protocol,
+        otlp_endpoint=endpoint,
+        otlp_headers=["x-collector-tenant=team-a"],
+    )
+    response = await send_one(service)
+
+    def arrived() -> bool:
+        return any(s.name == "SendMessage" for s in collected.spans) and (
+            {"rpc.server.call.duration", "a2a.tasks.ended", "a2a.tasks.active"} <= collected.metrics
+        )
+
+    await eventually(arrived, seconds=20, what="spans and metrics at the collector")
+    server = next(s for s in collected.spans if s.name == "SendMessage")
+    attributes = {kv.key: kv.value.string_value for kv in server.attributes}
+    assert attributes["a2a.task.id"] == response.task.id
+    assert attributes["a2a.binding"] == "GRPC"
+    turn = next(s for s in collected.spans if s.name == "agent turn")
+    assert turn.parent_span_id == server.span_id and turn.trace_id == server.trace_id
+    assert collected.service_names == {"otlp-test-service"}
+    assert any(h.get("x-collector-tenant") == "team-a" for h in collected.headers)

@@ -1,0 +1,169 @@
+"""Telemetry without a server: the hand-written OTLP encoding equals the SDK's, the off switch
+leaves nothing installed, the settings are checked, and the README lists every metric."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanKind, StatusCode
+
+from service.telemetry import hub, names, setup
+from service.telemetry.export import readable
+from service.telemetry.otlp import SpanEncoder
+from service.telemetry.settings import TelemetrySettings, validate_telemetry
+from service.telemetry.spans import LightSpan, LightTracer
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.spans: list[LightSpan] = []
+
+    def finished(self, span: LightSpan) -> None:
+        self.spans.append(span)
+
+
+def test_the_wire_encoding_equals_the_sdk_encoders():
+    sink = Collect()
+    tracer = LightTracer(sink)
+    root = tracer.start(
+        "SendMessage",
+        SpanKind.SERVER,
+        None,
+        {"a2a.method": "SendMessage", "n": 5, "neg": -3, "f": 1.5, "b": True, "l": ["x", "y"]},
+    )
+    child = tracer.start(
+        "agent turn",
+        SpanKind.INTERNAL,
+        root.get_span_context(),
+        {"a2a.task.id": "ü-" + "x" * 200},  # non-ASCII, and longer than one length byte
+        [Link(root.get_span_context(), {"k": "v"})],
+    )
+    child.add_event("a2a.status", {"a2a.task.state": "TASK_STATE_WORKING", "a2a.event.seq": 2})
+    child.set_status(StatusCode.ERROR, "boom")
+    child.end()
+    root.end()
+    resource = Resource.create({"service.name": "unit"})
+    scope = InstrumentationScope("a2a-grpc-service", "1")
+    ours = ExportTraceServiceRequest.FromString(SpanEncoder(resource, scope).request(sink.spans))
+    theirs = encode_spans([readable(s, resource, scope) for s in sink.spans])
+    assert ours.resource_spans[0].resource == theirs.resource_spans[0].resource
+    assert (
+        ours.resource_spans[0].scope_spans[0].scope == theirs.resource_spans[0].scope_spans[0].scope
+    )
+    mine = list(ours.resource_spans[0].scope_spans[0].spans)
+    sdk = list(theirs.resource_spans[0].scope_spans[0].spans)
+    assert len(mine) == len(sdk) == 2
+    for a, b in zip(mine, sdk, strict=True):
+        for span in (a, b):  # span flags: ours also carry the sampled bit, which OTLP allows
+            span.ClearField("flags")
+            if not span.status.ListFields():  # an unset status: the SDK writes it empty
+                span.ClearField("status")
+            for link in span.links:
+                link.ClearField("flags")
+        assert a == b
+
+
+def test_off_installs_nothing_and_counting_is_a_no_op():
+    assert setup.install(TelemetrySettings()) is None
+    assert hub.current is None
+    hub.count_refusal("max_concurrent_turns", names.GRPC)  # nothing to count into: no error
+    hub.count_auth_failure("bearer")
+
+
+def test_refusals_are_counted_for_the_limits():
+    reader = InMemoryMetricReader()
+    installed = setup.install(TelemetrySettings(), metric_readers=[reader])
+    assert installed is not None
+    try:
+        hub.count_refusal("max_concurrent_turns_per_principal", names.REST)
+        hub.count_refusal("max_concurrent_turns_per_principal", names.REST)
+        data = reader.get_metrics_data()
+        found = [
+            (dict(p.attributes), p.value)
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == names.REFUSED.name
+            for p in m.data.data_points
+        ]
+        assert found == [
+            ({names.LIMIT: "max_concurrent_turns_per_principal", names.BINDING: names.REST}, 2)
+        ]
+    finally:
+        installed.shutdown()
+    assert hub.current is None
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"telemetry": "jaeger"}, "telemetry: expected one of none, console, otlp"),
+        ({"otlp_protocol": "http/json"}, "otlp_protocol"),
+        ({"otlp_endpoint": "collector:4317"}, "otlp_endpoint: expected a URL"),
+        ({"otlp_headers": ["no-equals-sign"]}, "otlp_headers: entry 1"),
+        ({"metrics_port": 9464}, "metrics_port: set metrics_endpoint = true"),
+        ({"metrics_endpoint": True, "metrics_port": 70000}, "metrics_port: 70000"),
+    ],
+)
+def test_bad_settings_name_the_key(values, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        validate_telemetry(TelemetrySettings(**values))
+
+
+def test_the_readme_lists_every_metric_with_its_prometheus_name():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Metrics", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z0-9_.]+)` \| `([a-z0-9_]+)`", section, re.M))
+    assert listed == {(m.name, m.prometheus) for m in names.METRICS}
+
+
+def test_the_prometheus_names_are_what_metrics_serves():
+    installed = setup.install(TelemetrySettings(metrics_endpoint=True))
+    assert installed is not None and hub.current is not None
+    try:
+        tel = hub.current
+        for hist in tel.histograms:
+            hist.record(0.01)
+        tel.task_ended("TASK_STATE_COMPLETED")
+        tel.stream_opened(names.GRPC)
+        tel.stream_event(names.GRPC)
+        tel.push_outcome("delivered")
+        tel.push_queue_depth = 1
+        hub.count_auth_failure("none")
+        hub.count_refusal("grpc_max_concurrent_calls", names.GRPC)
+        text = installed.metrics_text().decode()
+    finally:
+        installed.shutdown()
+    served = set(re.findall(r"^# TYPE (\S+) ", text, re.M)) - {"target_info"}
+    assert served == {m.prometheus for m in names.METRICS}
+
+
+def test_a_call_is_the_current_span_for_the_opentelemetry_api_until_it_ends():
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    installed = setup.install(
+        TelemetrySettings(),
+        span_exporter=InMemorySpanExporter(),
+        metric_readers=[InMemoryMetricReader()],
+    )
+    assert installed is not None and hub.current is not None
+    try:
+        before = trace.get_current_span()
+        rec = hub.current.server_call("GetTask", names.GRPC, None)
+        assert isinstance(rec.span, LightSpan)
+        assert trace.get_current_span() is rec.span  # what an access log line reads
+        assert hub.current_span() is rec.span
+        rec.end_rpc("lf.a2a.v1.A2AService")
+        assert trace.get_current_span() is before
+    finally:
+        installed.shutdown()
