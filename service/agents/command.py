@@ -13,8 +13,8 @@ Each turn also gets a fresh, empty directory named by the environment variable
 included) becomes a stored file artifact (service.engine.files; media type guessed
 from the name, artifact name = the path inside the directory), after the program
 exited, whatever its status. Symbolic links and special files are ignored. A file
-over the size limits fails the turn, saying which and why. The directory is removed
-after the turn.
+over the size limits fails the turn, saying which and why. The directory is made just
+before the program starts (after any permission pause) and removed after the turn.
 
 With `approval` (`command_approval = true`) each turn first asks permission
 (`ctx.request_permission`, tool name `command`, target = the command line, summary = the
@@ -126,15 +126,6 @@ class CommandAgent:
         return len(doomed)
 
     async def run(self, ctx: TurnContext) -> None:
-        # Absolute: the program runs in its working directory, not in ours.
-        outputs = self.output_root.absolute() / f"turn-{uuid7()}"
-        outputs.mkdir(mode=0o700, parents=True)
-        try:
-            await self._run(ctx, outputs)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, outputs, True)
-
-    async def _run(self, ctx: TurnContext, outputs: pathlib.Path) -> None:
         request = _turn_message(ctx)
         text = text_of(request)
         cwd = cwd_of(_metadata(request)) or self.workdir(ctx.context_id)
@@ -151,6 +142,19 @@ class CommandAgent:
             if not decision.allowed:
                 await ctx.reject(DENIED_MESSAGE)
                 return
+        # Made only now, after any permission pause: a task waiting for its decision (for
+        # days, or across a kill -9) holds no directory. Absolute: the program runs in its
+        # working directory, not in ours.
+        outputs = self.output_root.absolute() / f"turn-{uuid7()}"
+        outputs.mkdir(mode=0o700, parents=True)
+        try:
+            await self._run_program(ctx, text, cwd, outputs)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, outputs, True)
+
+    async def _run_program(
+        self, ctx: TurnContext, text: str, cwd: str | pathlib.Path, outputs: pathlib.Path
+    ) -> None:
         proc = await asyncio.create_subprocess_exec(
             *self.argv,
             cwd=cwd,
