@@ -19,9 +19,10 @@ from tests.process import ServerProcess, free_port
 PROGRAM = "sh -c 'printf made > \"$A2A_OUTPUT_DIR/out.txt\"; cat'"
 
 
-def turn_dirs(data) -> list[str]:
+def turn_dirs(data) -> set[str]:
+    """The turn output directories under DATA_DIR/outputs."""
     outputs = data / "outputs"
-    return sorted(p.name for p in outputs.iterdir()) if outputs.exists() else []
+    return {p.name for p in outputs.iterdir()} if outputs.exists() else set()
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
@@ -35,11 +36,11 @@ async def test_a_paused_approval_holds_no_output_dir_and_deny_leaves_none(
     try:
         paused = await client.send(text_message("hello"))
         assert paused.status.state == pb.TASK_STATE_INPUT_REQUIRED
-        assert turn_dirs(tmp_path / "data") == []  # waiting for the caller, not running
+        assert turn_dirs(tmp_path / "data") == set()  # waiting for the caller, not running
         done = await client.send(answer(paused, "deny"))
         assert done.status.state == pb.TASK_STATE_REJECTED
         assert done.status.message.parts[0].text == DENIED_MESSAGE
-        assert len(done.artifacts) == 0 and turn_dirs(tmp_path / "data") == []
+        assert len(done.artifacts) == 0 and turn_dirs(tmp_path / "data") == set()
     finally:
         await client.close()
 
@@ -67,7 +68,7 @@ async def test_allow_after_a_kill9_during_the_pause_stores_the_outputs(tmp_path,
     finally:
         await client.close()
         first.kill9()
-    assert turn_dirs(data) == []  # the crash left no turn directory behind
+    assert turn_dirs(data) == set()  # the crash left no turn directory behind
 
     second = ServerProcess(*args, env=env).start()
     client = Client(binding, second.address, f"http://127.0.0.1:{http_port}")
@@ -83,7 +84,7 @@ async def test_allow_after_a_kill9_during_the_pause_stores_the_outputs(tmp_path,
             got = await http.get(part.url)
         assert got.status_code == 200 and got.content == b"made"
         assert got.headers["etag"].strip('"') == hashlib.sha256(b"made").hexdigest()
-        assert turn_dirs(data) == []  # removed after the turn
+        assert turn_dirs(data) == set()  # removed after the turn
     finally:
         await client.close()
         assert second.stop() == 0

@@ -14,6 +14,7 @@ import grpc
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from tests.conftest import user_message
+from tests.integration.test_command_approval_outputs import turn_dirs
 from tests.process import ServerProcess
 from tests.push_util import eventually
 
@@ -21,11 +22,6 @@ from tests.push_util import eventually
 PROGRAM = (
     "sh -c 'printf made > \"$A2A_OUTPUT_DIR/out.txt\"; while [ ! -e go ]; do sleep 0.05; done; cat'"
 )
-
-
-def turn_dirs(data) -> set[str]:
-    outputs = data / "outputs"
-    return {p.name for p in outputs.iterdir()} if outputs.exists() else set()
 
 
 def written(data) -> set[str]:
