@@ -30,6 +30,7 @@ from gateway.dispatch import REST_JSON, forward_error
 from gateway.params import Caller, call_context
 from service.api import CallContext
 from service.engine.files import StoredFile
+from service.net import access
 from service.protocol.errors import TaskNotFoundError
 
 
@@ -71,6 +72,9 @@ class FileEndpoint:
     async def handle(self, request: Request, caller: Caller) -> Response:
         params = request.path_params
         task_id = params["task_id"]
+        logged = access.current()
+        if logged is not None:
+            logged.about(task_id)
         try:
             call = call_context(caller, request.headers, request.query_params)
             found = await self.reader.stored_file(

@@ -4,6 +4,7 @@
                        then completed; denied: rejected "denied NAME"
   twice NAME           asks for two uses of NAME (targets one, two) in one turn
   ask                  a plain question (ctx.ask), not a permission request
+  hold                 works (holding its turn slot) until the test sets RELEASE, then completes
 
 On a turn started by the answer to a lost turn's request (after a restart), it asks again
 for the same tool and target and gets the decision without a new pause; its artifact says
@@ -12,9 +13,15 @@ so ("resumed"). Auto decisions say "auto".
 
 from __future__ import annotations
 
+import asyncio
+
 from gen import a2a_pb2 as pb
 from service.agent import TurnContext, text_of
 from service.permission.envelope import is_answer
+
+# "hold" turns end when a test (in the server's process) sets it; a test using them puts a
+# fresh one here first (an Event belongs to the event loop of the test that made it).
+RELEASE = asyncio.Event()
 
 
 def _request_text(ctx: TurnContext) -> str:
@@ -31,6 +38,10 @@ class PermissionAgent:
 
     async def run(self, ctx: TurnContext) -> None:
         word, _, rest = _request_text(ctx).partition(" ")
+        if word == "hold":
+            await ctx.working()
+            await RELEASE.wait()
+            return
         if word == "ask":
             answer = await ctx.ask("what?")
             await ctx.artifact(f"you said: {text_of(answer)}", name="answer")

@@ -13,8 +13,10 @@ Each turn also gets a fresh, empty directory named by the environment variable
 included) becomes a stored file artifact (service.engine.files; media type guessed
 from the name, artifact name = the path inside the directory), after the program
 exited, whatever its status. Symbolic links and special files are ignored. A file
-over the size limits fails the turn, saying which and why. The directory is removed
-after the turn.
+over the size limits fails the turn, saying which and why. The directory is made just
+before the program starts (after any permission pause) and removed after the turn; one
+left by a process that died during its turn goes with the idle contexts
+(`context_idle_timeout`).
 
 With `approval` (`command_approval = true`) each turn first asks permission
 (`ctx.request_permission`, tool name `command`, target = the command line, summary = the
@@ -45,6 +47,7 @@ from service.permission.envelope import is_answer
 from service.protocol.ids import uuid7
 
 WORKDIR_PREFIX = "ctx-"
+OUTPUTS_PREFIX = "turn-"  # a turn's A2A_OUTPUT_DIR under the output root
 EVICTED_PREFIX = ".evicted-"  # a workspace being deleted (idle eviction), out of workdir()'s way
 CHUNK_BYTES = 64 * 1024
 FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence
@@ -93,6 +96,7 @@ class CommandAgent:
         )
         self.kill_grace_seconds = kill_grace_seconds
         self.approval = approval
+        self._live_outputs: set[str] = set()  # names of the turn directories in use now
 
     def workdir(self, context_id: str) -> pathlib.Path:
         # Prefixed so that ids such as '..' can never name a directory outside the root.
@@ -123,18 +127,14 @@ class CommandAgent:
             doomed.append(target)
         if doomed:
             await asyncio.to_thread(_remove_all, doomed)
+        # A turn's output directory outlives it only when the process died during the turn
+        # (kill -9): no turn of this process uses it, so it goes once it is as old.
+        await asyncio.to_thread(
+            _remove_stale_outputs, self.output_root, cutoff, set(self._live_outputs)
+        )
         return len(doomed)
 
     async def run(self, ctx: TurnContext) -> None:
-        # Absolute: the program runs in its working directory, not in ours.
-        outputs = self.output_root.absolute() / f"turn-{uuid7()}"
-        outputs.mkdir(mode=0o700, parents=True)
-        try:
-            await self._run(ctx, outputs)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, outputs, True)
-
-    async def _run(self, ctx: TurnContext, outputs: pathlib.Path) -> None:
         request = _turn_message(ctx)
         text = text_of(request)
         cwd = cwd_of(_metadata(request)) or self.workdir(ctx.context_id)
@@ -151,6 +151,21 @@ class CommandAgent:
             if not decision.allowed:
                 await ctx.reject(DENIED_MESSAGE)
                 return
+        # Made only now, after any permission pause: a task waiting for its decision (for
+        # days, or across a kill -9) holds no directory. Absolute: the program runs in its
+        # working directory, not in ours.
+        outputs = self.output_root.absolute() / f"{OUTPUTS_PREFIX}{uuid7()}"
+        self._live_outputs.add(outputs.name)
+        try:
+            outputs.mkdir(mode=0o700, parents=True)
+            await self._run_program(ctx, text, cwd, outputs)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, outputs, True)
+            self._live_outputs.discard(outputs.name)
+
+    async def _run_program(
+        self, ctx: TurnContext, text: str, cwd: str | pathlib.Path, outputs: pathlib.Path
+    ) -> None:
         proc = await asyncio.create_subprocess_exec(
             *self.argv,
             cwd=cwd,
@@ -342,6 +357,25 @@ def _idle_workdirs(root: pathlib.Path, cutoff: float) -> list[pathlib.Path]:
         except OSError:
             continue
     return found
+
+
+def _remove_stale_outputs(root: pathlib.Path, cutoff: float, live: set[str]) -> None:
+    """Turn output directories under `root` older than `cutoff` that no turn uses."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if (
+                entry.name.startswith(OUTPUTS_PREFIX)
+                and entry.name not in live
+                and entry.is_dir(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_mtime < cutoff
+            ):
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _remove_all(paths: list[pathlib.Path]) -> None:

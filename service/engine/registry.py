@@ -330,8 +330,10 @@ class Engine:
                 await run.committed(acknowledge(run, answer))
             except InternalError:
                 turn.outcome = await not_recorded(run, answer, previous, message)
+                self._free_slot(run)  # no agent was started to give it back
                 return turn
             if run.state in TERMINAL:  # canceled while the record was being committed
+                self._free_slot(run)
                 return turn
         if paused:
             run.resume(message)  # the paused agent coroutine continues

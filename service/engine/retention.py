@@ -48,7 +48,7 @@ class RetentionSettings:
     context_idle_timeout: str = field(
         default="",
         metadata={
-            "help": "a context unused this long loses its bookkeeping: the `command` agent's directory under DATA_DIR/workspaces and the remembered working directory; same format; off = kept",
+            "help": "a context unused this long loses its bookkeeping: the `command` agent's directory under DATA_DIR/workspaces and the remembered working directory (also a turn's output directory a crash left under DATA_DIR/outputs); same format; off = kept",
             "default": "off",
         },
     )

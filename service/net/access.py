@@ -74,7 +74,13 @@ class Call:
     def saw(self, message: Message) -> None:
         """A request or reply of this call: remember its task id if none is known yet."""
         if not self.task_id:
-            self.task_id = task_id_of(message)[:MAX_ID_CHARS]  # a refused id may be any length
+            self.about(task_id_of(message))
+
+    def about(self, task_id: str) -> None:
+        """The call concerns this task (a route that carries no A2A message, e.g. a file
+        download, names it from its path)."""
+        if not self.task_id:
+            self.task_id = task_id[:MAX_ID_CHARS]  # a refused id may be any length
 
     def failed(self, err: Any) -> None:
         """The call ends with this A2AError (its reason, and the ref of an internal error)."""
