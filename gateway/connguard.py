@@ -200,7 +200,6 @@ class GuardedH11Protocol(H11Protocol):
         self._evicted = False
         self._backoff = ConnectionBackoff()
         self._paused: asyncio.TimerHandle | None = None  # reading resumes when it fires
-        self.backed_off = 0  # pauses after a refusal on this connection (tests look)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -230,8 +229,7 @@ class GuardedH11Protocol(H11Protocol):
             # the kernel) until the pause is over; uvicorn finishes the cycle then.
             self.flow.pause_reading()
             self._enter(None)
-            self.guard.waiting[self] = None  # the first to go if room is needed
-            self.backed_off += 1
+            self.guard.waiting[self] = None  # evictable, like one waiting for a request
             self.guard.backed_off += 1
             self._paused = self.loop.call_later(pause, self._resume)
             return
