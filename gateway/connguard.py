@@ -13,6 +13,10 @@
   keep-alive timeout); a request body within `body_timeout` of its headers (else
   `408` and close). A timer exists only while something is awaited: one per
   connection until its first headers, none for a request that arrives whole.
+- **Back-pressure after a refusal.** A connection answered `429` + `Retry-After` is not
+  read again until the hint has passed (gateway.backoff): the protocol keeps its
+  `ConnectionBackoff`, hands it to each request in the ASGI scope, and pauses reading
+  when the refusal is complete.
 - **Aborted uploads.** A client that disconnects before its request body is complete
   ends the request quietly (`quiet_aborted_uploads`), instead of surfacing in the
   endpoint as an internal error with a traceback.
@@ -30,6 +34,8 @@ from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from gateway.backoff import EXTENSION, ConnectionBackoff
 
 log = logging.getLogger("gateway.connections")
 
@@ -69,6 +75,7 @@ class ConnectionGuard:
         self.refused = 0
         self.evicted = 0
         self.timed_out = 0
+        self.backed_off = 0  # connections paused after a refusal (gateway.backoff)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -191,6 +198,8 @@ class GuardedH11Protocol(H11Protocol):
         self._phase: str | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._evicted = False
+        self._backoff = ConnectionBackoff()
+        self._paused: asyncio.TimerHandle | None = None  # reading resumes when it fires
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -206,12 +215,40 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         self._follow(True)
 
+    def handle_events(self) -> None:
+        super().handle_events()
+        scope = self.scope
+        if scope is not None and self.cycle is not None and self.cycle.scope is scope:
+            # A new request's application task has not started yet: it finds the backoff.
+            scope.setdefault("extensions", {})[EXTENSION] = self._backoff  # type: ignore[assignment]
+
     def on_response_complete(self) -> None:
+        pause = self._backoff.pause()
+        if pause and not self.transport.is_closing():
+            # A refusal went out: read nothing more (pipelined bytes stay in h11, the rest in
+            # the kernel) until the pause is over; uvicorn finishes the cycle then.
+            self.flow.pause_reading()
+            self._enter(None)
+            self.guard.waiting[self] = None  # evictable, like one waiting for a request
+            self.guard.backed_off += 1
+            self._paused = self.loop.call_later(pause, self._resume)
+            return
+        self._response_done()
+
+    def _resume(self) -> None:
+        self._paused = None
+        self.guard.waiting.pop(self, None)
+        self._response_done()
+
+    def _response_done(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing():
             self._follow(False)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._paused is not None:
+            self._paused.cancel()
+            self._paused = None
         self._enter(None)
         if self._evicted:
             self._evicted = False

@@ -23,6 +23,7 @@ from typing import Any
 
 import uvicorn
 
+from gateway.backoff import pause_after_refusals
 from gateway.connguard import (
     ConnectionGuard,
     GuardedListener,
@@ -105,7 +106,7 @@ class HttpServer:
         self.guard = self.sock.guard = guard
         self._summarise_logs()
         config = uvicorn.Config(
-            quiet_aborted_uploads(app),
+            quiet_aborted_uploads(pause_after_refusals(app)),
             lifespan="off",
             log_config=None,
             log_level=log_level.lower(),

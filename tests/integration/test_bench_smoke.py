@@ -102,6 +102,7 @@ def test_bench_quick_produces_every_row(tmp_path):
     assert set(burst) == {"burst_limits_off", "burst_limits_on", "burst_limits_on_polite"}
     for key, row in burst.items():
         assert number(row["flood_requests"]) and number(row["ratio_p99"]), key
+        assert "ratio_p99_settled" in row and "tasks" in row["settled"], key
         for phase in ("idle", "flood"):
             for probe in ("tasks", "health", "card"):
                 assert number(row[phase][probe]["p99_ms"]), (key, phase, probe)
