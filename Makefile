@@ -36,8 +36,12 @@ check: setup  ## ruff format --check, ruff check, mypy (service/, gateway/), the
 
 # The suite has three layers (tests/unit, tests/integration, tests/interop); `make test`
 # runs them all, as CI does (.ci/run).
+# Two workers (pytest-xdist), each taking whole test files (--dist loadfile: a file's module
+# fixtures and servers stay in one process); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+
 test: setup tools check  ## make check, then the whole test suite (unit, integration and interop)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: setup  ## run tests/unit only: in-process, no servers, no npm, no Redis (seconds)
 	$(PY) -m pytest -q tests/unit

@@ -37,9 +37,12 @@ BLOCKS = [body for reason, lang, body in FENCES if lang == "sh" and not reason]
 
 
 def _wait_for(port: int) -> str:
+    """Shell that waits until the server started in the background serves: its port takes
+    connections and it has said so (the script's stdout is the file `stdout`, see _run); a
+    port that is bound is not yet ready (probes answer 503 until then)."""
     return (
-        f"for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; "
-        "sleep 0.1; done"
+        f"for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null "
+        "&& grep -q 'A2A service ready' stdout && break; sleep 0.1; done"
     )
 
 
