@@ -16,7 +16,7 @@ metadata namespace").
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 NAMESPACE = "a2a_service"  # this service's key in message and event metadata
@@ -147,20 +147,28 @@ def sanitize(value: Any, depth: int = 0) -> Any:
     if depth >= MAX_DEPTH and isinstance(value, Mapping | list | tuple):
         return f"[{_type_name(value)}]"
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for i, (key, member) in enumerate(value.items()):
-            if i == MAX_KEYS:
-                out["…"] = f"{len(value) - MAX_KEYS} more"
-                break
-            name = clean_text(str(key), MAX_NAME)
-            out[name] = REDACTED if is_sensitive_key(str(key)) else sanitize(member, depth + 1)
-        return out
+        return _members(value, REDACTED, lambda member: sanitize(member, depth + 1))
     if isinstance(value, list | tuple):
         items = [sanitize(v, depth + 1) for v in value[:MAX_ITEMS]]
         if len(value) > MAX_ITEMS:
             items.append(f"… {len(value) - MAX_ITEMS} more")
         return items
     return clean_text(str(value))
+
+
+def _members(
+    value: Mapping[Any, Any], redacted: Any, member_of: Callable[[Any], Any]
+) -> dict[str, Any]:
+    """At most MAX_KEYS members, names cleaned, a credential-named member's value `redacted`
+    and every other one `member_of(value)`; a last "…" member says how many were left out."""
+    out: dict[str, Any] = {}
+    for i, (key, member) in enumerate(value.items()):
+        if i == MAX_KEYS:
+            out["…"] = f"{len(value) - MAX_KEYS} more"
+            break
+        name = clean_text(str(key), MAX_NAME)
+        out[name] = redacted if is_sensitive_key(str(key)) else member_of(member)
+    return out
 
 
 def input_summary(value: Any, depth: int = 0) -> Any:
@@ -180,16 +188,7 @@ def input_summary(value: Any, depth: int = 0) -> Any:
     if isinstance(value, Mapping):
         if depth >= MAX_DEPTH:
             return f"object({len(value)})"
-        out: dict[str, Any] = {}
-        for i, (key, member) in enumerate(value.items()):
-            if i == MAX_KEYS:
-                out["…"] = f"{len(value) - MAX_KEYS} more"
-                break
-            name = clean_text(str(key), MAX_NAME)
-            out[name] = (
-                "redacted" if is_sensitive_key(str(key)) else input_summary(member, depth + 1)
-            )
-        return out
+        return _members(value, "redacted", lambda member: input_summary(member, depth + 1))
     if isinstance(value, Sequence):
         return f"array({len(value)})"
     return _type_name(value)
