@@ -34,7 +34,7 @@ import time
 if __name__ == "__main__":
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from tests.bench.common import HOST, ROOT, ServerProcess, percentile
+from tests.bench.common import HOST, ROOT, ServerProcess, percentile, serve_argv
 from tests.bench.http_bench import Connection
 
 PY = sys.executable
@@ -63,15 +63,7 @@ def get_request(port: int, path: str, token: str | None) -> bytes:
 
 
 def server_argv(tmp: pathlib.Path, name: str) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "service",
-        "serve",
-        "--host",
-        HOST,
-        "--grpc-port",
-        "0",
+    return serve_argv(
         "--http-port",
         "0",
         "--store",
@@ -82,7 +74,7 @@ def server_argv(tmp: pathlib.Path, name: str) -> list[str]:
         "echo",
         "--log-level",
         "WARNING",
-    ]
+    )
 
 
 async def probe(

@@ -221,3 +221,8 @@ def summarize_rounds(key: str, label: str, rounds: list[dict]) -> dict:
         "client_cpu_pct": 100 * sum(r["client_cpu_s"] for r in rounds) / elapsed,
         "server_cpu_ms_per_req": 1000 * server_cpu / max(1, len(latencies)),
     }
+
+
+def serve_argv(*flags: str) -> list[str]:
+    """`python -m service serve` on the bench's host with a free gRPC port, then `flags`."""
+    return [sys.executable, "-m", "service", "serve", "--host", HOST, "--grpc-port", "0", *flags]

@@ -33,12 +33,13 @@ import grpc  # noqa: E402
 
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
-from tests.bench.common import (  # noqa: E402
+from tests.bench.common import (
     HOST,
     METADATA,
     ROOT,
     ServerProcess,
     percentile,
+    serve_argv,  # noqa: E402
     user_message,
 )
 
@@ -147,15 +148,7 @@ async def measure_reads(stub, tasks: dict[str, pb.Task], calls: int) -> dict[str
 
 
 def ours_argv(tmp: pathlib.Path) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "service",
-        "serve",
-        "--host",
-        HOST,
-        "--grpc-port",
-        "0",
+    return serve_argv(
         "--http-port",
         "0",
         "--data-dir",
@@ -166,7 +159,7 @@ def ours_argv(tmp: pathlib.Path) -> list[str]:
         "tests.bench.agents:FileAgent",
         "--log-level",
         "WARNING",
-    ]
+    )
 
 
 async def bench_files(args, tmp: pathlib.Path) -> dict:

@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 
-from tests.bench.common import HOST, ROOT, ServerProcess, run_load, summarize_rounds
+from tests.bench.common import HOST, ROOT, ServerProcess, run_load, serve_argv, summarize_rounds
 
 PY = sys.executable
 ECHO_TEXT = "hello bench"
@@ -146,15 +146,7 @@ async def measure(server: ServerProcess, path: str, rest: bool, echo: bool, args
 
 
 def ours_http_argv(store: str) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "service",
-        "serve",
-        "--host",
-        HOST,
-        "--grpc-port",
-        "0",
+    return serve_argv(
         "--http-port",
         "0",
         "--store",
@@ -163,7 +155,7 @@ def ours_http_argv(store: str) -> list[str]:
         "echo",
         "--log-level",
         "WARNING",
-    ]
+    )
 
 
 async def bench_http(args, tmp: pathlib.Path) -> list[dict]:

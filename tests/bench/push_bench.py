@@ -29,10 +29,15 @@ import grpc  # noqa: E402
 
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
-from tests.bench.common import HOST, METADATA, ServerProcess, user_message  # noqa: E402
+from tests.bench.common import (  # noqa: E402
+    HOST,
+    METADATA,
+    ServerProcess,
+    serve_argv,
+    user_message,
+)
 from tests.push_util import delete_prefix  # noqa: E402
 
-PY = sys.executable
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
@@ -128,15 +133,7 @@ async def measure_queue(queue: str, tmp: pathlib.Path, tasks: int, chunks: int) 
             return row | {"skipped": problem}
         prefix = f"bench-push:{uuid.uuid4().hex[:8]}"
         env |= {"A2A_PUSH_REDIS_URL": REDIS_URL, "A2A_PUSH_REDIS_PREFIX": prefix}
-    argv = [
-        PY,
-        "-m",
-        "service",
-        "serve",
-        "--host",
-        HOST,
-        "--grpc-port",
-        "0",
+    argv = serve_argv(
         "--http-port",
         "-1",
         "--data-dir",
@@ -145,7 +142,7 @@ async def measure_queue(queue: str, tmp: pathlib.Path, tasks: int, chunks: int) 
         "tests.bench.agents:ChunkAgent",
         "--log-level",
         "WARNING",
-    ]
+    )
     receiver = await FastReceiver().start()
     server = ServerProcess(f"push-{queue}", argv, tmp, env=env).start()
     try:

@@ -49,7 +49,7 @@ import grpc  # noqa: E402
 from gen import a2a_pb2 as pb  # noqa: E402
 from gen import a2a_pb2_grpc  # noqa: E402
 from tests.bench.burst_bench import bench_burst, burst_rows_bad, report_burst  # noqa: E402
-from tests.bench.common import (  # noqa: E402
+from tests.bench.common import (
     HOST,
     METADATA,
     ROOT,
@@ -57,6 +57,7 @@ from tests.bench.common import (  # noqa: E402
     percentile,
     run_load,
     send_request,
+    serve_argv,  # noqa: E402
     summarize_rounds,
 )
 from tests.bench.file_bench import add_arguments as add_file_arguments  # noqa: E402
@@ -75,15 +76,7 @@ ECHO_TEXT = "hello bench"
 
 
 def ours_argv(store: str, agent: str = "echo") -> list[str]:
-    return [
-        PY,
-        "-m",
-        "service",
-        "serve",
-        "--host",
-        HOST,
-        "--grpc-port",
-        "0",
+    return serve_argv(
         "--http-port",
         "-1",
         "--store",
@@ -92,7 +85,7 @@ def ours_argv(store: str, agent: str = "echo") -> list[str]:
         agent,
         "--log-level",
         "WARNING",
-    ]
+    )
 
 
 async def wait_ready(channel: grpc.aio.Channel) -> None:
