@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+from tests.bench.common import ServerProcess
 from tests.process import ROOT
 
 SCRIPT = str(pathlib.Path(sys.executable).parent / "a2a-call")  # the console script
@@ -43,3 +44,29 @@ def state_of(event: dict) -> str | None:
     if "statusUpdate" in event:
         return event["statusUpdate"]["status"]["state"]
     return None
+
+
+def serve_for_cli(
+    tmp: pathlib.Path, name: str, agent: str, *args: str, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """A real server process for the CLI to call: both ports free, its data under tmp/name,
+    a quick drain at the end."""
+    argv = [
+        sys.executable,
+        "-m",
+        "service",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--data-dir",
+        str(tmp / name),
+        "--agent",
+        agent,
+        *args,
+    ]
+    extra = {"A2A_DRAIN_GRACE_SECONDS": "0", "A2A_DRAIN_SECONDS": "1", **(env or {})}
+    return ServerProcess(name, argv, tmp, env=extra).start()

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.cards.signing import key_from_pem
 from tests.bench.common import ServerProcess
-from tests.call_util import SCRIPT, cli, cli_env, lines, state_of
+from tests.call_util import SCRIPT, cli, cli_env, lines, serve_for_cli, state_of
 from tests.process import ROOT, free_port
 from tests.security_util import make_pki
 
@@ -54,27 +54,9 @@ class Server:
 def _serve(
     tmp: pathlib.Path, name: str, *args: str, env: dict[str, str] | None = None
 ) -> ServerProcess:
-    argv = [
-        sys.executable,
-        "-m",
-        "service",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-        "--store",
-        "memory:",
-        "--data-dir",
-        str(tmp / name),
-        "--agent",
-        "tests.agents:HumanLoopAgent",
-        *args,
-    ]
-    extra = {"A2A_DRAIN_GRACE_SECONDS": "0", "A2A_DRAIN_SECONDS": "1", **(env or {})}
-    return ServerProcess(name, argv, tmp, env=extra).start()
+    return serve_for_cli(
+        tmp, name, "tests.agents:HumanLoopAgent", "--store", "memory:", *args, env=env
+    )
 
 
 @pytest.fixture(scope="module")

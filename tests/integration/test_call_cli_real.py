@@ -8,36 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
-import sys
 
 import pytest
 
 from tests.bench.common import ServerProcess
-from tests.call_util import cli, lines, state_of
+from tests.call_util import cli, lines, serve_for_cli, state_of
 
 BINDINGS = ("jsonrpc", "rest", "grpc")
 TOKEN = "real-t0ken-" + "c" * 30
 
 
 def _serve(tmp: pathlib.Path, name: str, agent: str, env: dict[str, str]) -> ServerProcess:
-    argv = [
-        sys.executable,
-        "-m",
-        "service",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-        "--data-dir",
-        str(tmp / name),
-        "--agent",
-        agent,
-    ]
-    extra = {"A2A_DRAIN_GRACE_SECONDS": "0", "A2A_DRAIN_SECONDS": "1", **env}
-    return ServerProcess(name, argv, tmp, env=extra).start()
+    return serve_for_cli(tmp, name, agent, env=env)
 
 
 @pytest.fixture(scope="module")
