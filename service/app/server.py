@@ -23,6 +23,7 @@ import logging
 import os
 import pathlib
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -727,7 +728,9 @@ async def serve(settings: Settings) -> None:
     # full collections of the whole heap then cost ~0.2 ms per request at ~500 req/s.
     gc.freeze()
     http = f" http={service.http_port}" if service.http is not None else ""
-    print(f"A2A service ready: grpc={service.grpc_port}{http}", flush=True)
+    # One write: workers share the pipe, and print() writes the line and its end apart.
+    sys.stdout.write(f"A2A service ready: grpc={service.grpc_port}{http}\n")
+    sys.stdout.flush()
     await stop.wait()
     await service.stop()
 

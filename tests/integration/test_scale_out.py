@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import uuid
 import weakref
 
@@ -29,8 +28,9 @@ LEASE_SECONDS = 2  # short, so a killed process's tasks are recovered quickly he
 
 
 class Replica(ServerProcess):
-    """A server process with its HTTP gateway on, whose output is read as it comes (a
-    chatty process must never block on a full pipe)."""
+    """A server process with its HTTP gateway on. Its output is read as it comes by the
+    base class's one reader thread (a second reader of the same pipe would race it and
+    could lose or split lines)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.http_port = free_port()
@@ -39,12 +39,9 @@ class Replica(ServerProcess):
 
     def start(self, timeout: float = 60.0) -> Replica:
         super().start(timeout)
-        assert self.proc is not None and self.proc.stdout is not None
-        stdout = self.proc.stdout
-        threading.Thread(target=lambda: self.output.extend(stdout), daemon=True).start()
         return self
 
-    def rest_of_output(self) -> str:
+    def output_so_far(self) -> str:
         return "".join(self.output)
 
 
@@ -165,14 +162,14 @@ def _message(text: str) -> dict:
     }
 
 
-async def _wait_for(check, what: str, within: float = 60.0):
+async def _wait_for(check, what: str, within: float = 60.0, detail=lambda: ""):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:
         found = await check()
         if found:
             return found
-        assert loop.time() < deadline, f"timed out waiting for {what}"
+        assert loop.time() < deadline, f"timed out waiting for {what}\n{detail()}"
         await asyncio.sleep(0.1)
 
 
@@ -424,7 +421,7 @@ async def test_two_workers_share_the_ports_and_behave_as_one(cluster):
     async def both_ready() -> bool:
         return sum(line.startswith("A2A service ready") for line in workers.output) == 2
 
-    await _wait_for(both_ready, "both workers to be ready")
+    await _wait_for(both_ready, "both workers to be ready", detail=workers.output_so_far)
     for i in range(20):  # new connections each time: the kernel spreads them over the workers
         async with httpx.AsyncClient(base_url=workers.base, timeout=30) as fresh:
             r = await fresh.post("/message:send", json=_message(f"echo {i}"), headers=V1)
