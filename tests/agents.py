@@ -24,6 +24,7 @@ Commands (the first word of the message):
                    and result, a failed one, then token usage (the a2a_service extension)
   sleep N          says it is working, then sleeps N seconds without a word, then completes
   tick             a status update every 0.05 s until canceled (busy, never silent)
+  stubborn         says it is working, then ignores every cancellation (a misbehaving agent)
   permit TARGET    asks for a permission decision with the h13 envelope (a2a_service.input),
                    acks it (permission_ack), then completes (allow_once) or rejects (deny);
                    an answer that is not exactly the expected one fails the task
@@ -139,6 +140,13 @@ class ScriptedAgent:
                 await ctx.working(f"tick {i}")
                 i += 1
                 await asyncio.sleep(0.05)
+        elif word == "stubborn":
+            await ctx.working("not stopping")
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    pass  # noqa: ASYNC - swallowed on purpose: the server must not wait forever
         elif word == "reject":
             await ctx.reject("no thanks")
         elif word in ("permit", "permit2"):

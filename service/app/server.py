@@ -87,6 +87,9 @@ STREAM_SHUTDOWN_MESSAGE = (
     "SubscribeToTask (on HTTP, send Last-Event-ID with the id of the last event received)."
 )
 RESPONSE_FLUSH_SECONDS = 2.0  # after the drain: time for answers already made to be written
+# After SIGTERM, how long past `drain_seconds` closing the parts may take before the process
+# gives up on the one that is stuck and exits 1 (naming it), rather than hang until a KILL.
+STOP_OVERRUN_SECONDS = 8.0
 
 
 class StartupError(Exception):
@@ -178,6 +181,7 @@ class Service:
     _metrics_server: Any = None  # the /metrics listener on metrics_port
     _started: bool = False  # start() completed: there may be callers to drain
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_phase: str = ""  # what stop() is doing now (named if it overruns)
 
     async def start(self) -> None:
         """Start everything or nothing: StartupError (or ConfigError) names what failed."""
@@ -613,7 +617,9 @@ class Service:
             return
         self._stopped.set()
         self.serving = False
+        self.stop_phase = "stopping the readiness checks"
         await self.readiness.stop()
+        self.stop_phase = "stopping housekeeping"
         await self.housekeeping.stop()
         if self.health is not None:
             await self.health.enter_graceful_shutdown()  # every service name: NOT_SERVING
@@ -621,6 +627,7 @@ class Service:
         drain = self.settings.drain_seconds
         deadline = loop.time() + drain
         grace = min(self.settings.drain_grace_seconds, drain)
+        self.stop_phase = "draining"
         if grace > 0 and self._started:
             await asyncio.sleep(grace)  # load balancers see the health change; calls still served
         self.gate.close()
@@ -632,6 +639,7 @@ class Service:
             ended = self.engine.end_streams(
                 UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1)
             )
+            self.stop_phase = "stopping running turns"
             stopped = await self.engine.shutdown()
             if ended or stopped:
                 log.info(
@@ -639,30 +647,37 @@ class Service:
                     ended,
                     stopped,
                 )
+        self.stop_phase = "writing the last answers"
         flushing = []
         if self.grpc_server is not None:
             flushing.append(self.grpc_server.stop(RESPONSE_FLUSH_SECONDS))
         if self.http is not None:
             flushing.append(self.http.drain(RESPONSE_FLUSH_SECONDS))
         await asyncio.gather(*flushing)
+        self.stop_phase = "closing the listeners"
         if self.http is not None:
             await self.http.stop()
         if self.probes is not None:
             await self.probes.stop()
         if self.invoker is not None:
             await self.invoker.close()
+        self.stop_phase = "stopping push delivery"
         if self.push is not None:
             await self.push.stop()
+        self.stop_phase = "leaving the cluster"
         if self.peers is not None:
             await self.peers.cluster.stop()  # survivors need not wait a lease for our tasks
+        self.stop_phase = "closing the bus"
         if isinstance(self.bus, RedisBus):
             await self.bus.close()
+        self.stop_phase = "closing the task store"
         if self.store is not None:
             await self.store.close()
         if self.files is not None:
             await self.files.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
+        self.stop_phase = "flushing telemetry"
         if self.telemetry is not None:  # last: what the drain did is exported too
             await asyncio.to_thread(self.telemetry.shutdown)
         self.ownership.release()
@@ -732,7 +747,19 @@ async def serve(settings: Settings) -> None:
     sys.stdout.write(f"A2A service ready: grpc={service.grpc_port}{http}\n")
     sys.stdout.flush()
     await stop.wait()
-    await service.stop()
+    limit = settings.drain_seconds + STOP_OVERRUN_SECONDS
+    try:
+        await asyncio.wait_for(service.stop(), limit)
+    except TimeoutError:
+        # Waiting longer helps nobody (an orchestrator would KILL us anyway); what was
+        # acknowledged is committed, a stuck close can only lose what was not.
+        log.error(
+            "shutdown: still %s %.0f s after it began; exiting without waiting further",
+            service.stop_phase,
+            limit,
+        )
+        logging.shutdown()
+        os._exit(1)
 
 
 __all__ = ["Service", "StartupError", "serve", "pb"]

@@ -142,6 +142,35 @@ async def test_a_killed_owner_leaves_no_stale_lock(tmp_path):
 # ------------------------------------------------------------------ drain
 
 
+async def test_a_stuck_shutdown_step_ends_the_process_and_is_named(tmp_path):
+    """An agent that swallows its cancellation cannot keep a stopping server up forever:
+    past drain_seconds + STOP_OVERRUN_SECONDS the process exits 1, saying what was stuck."""
+    server = ServerProcess(
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--agent",
+        "tests.agents:ScriptedAgent",
+        env={"A2A_DRAIN_SECONDS": "0.5"},
+    ).start()
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        config = pb.SendMessageConfiguration(return_immediately=True)
+        task = (
+            await stub.SendMessage(
+                pb.SendMessageRequest(message=user_message("stubborn"), configuration=config)
+            )
+        ).task
+        assert (await wait_for_state(stub, task.id, pb.TASK_STATE_WORKING)).status.state == (
+            pb.TASK_STATE_WORKING
+        )
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(server.proc.wait, 60) == 1
+    log = server.rest_of_output()
+    assert "shutdown: still stopping running turns" in log, log
+    assert not shows_traceback(log)
+
+
 def _sdk_config(
     binding: str, http: httpx.AsyncClient, channels: list, streaming: bool
 ) -> ClientConfig:
