@@ -30,7 +30,7 @@ from grpc_status import rpc_status
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
-from service.auth.schemes import call_metadata
+from service.auth.schemes import CallMetadata, call_metadata
 from service.engine.limits import refuse
 from service.net.access import CANCELLED, AccessLog, Call
 from service.protocol.errors import (
@@ -93,10 +93,13 @@ def retry_delay(err: grpc.aio.AioRpcError) -> float | None:
     return None
 
 
-async def call_context(
-    context: grpc.aio.ServicerContext, authenticate: Authenticator | None
-) -> CallContext:
-    metadata = call_metadata(context.invocation_metadata() or ())  # notes repeated credentials
+def metadata_of(context: grpc.aio.ServicerContext) -> CallMetadata:
+    """The call's metadata, read once per call (grpc builds it anew on every read); it is
+    also the carrier of the caller's W3C trace context."""
+    return call_metadata(context.invocation_metadata() or ())  # notes repeated credentials
+
+
+async def call_context(metadata: CallMetadata, authenticate: Authenticator | None) -> CallContext:
     principal = await authenticate(metadata) if authenticate is not None else ""
     return CallContext(metadata=metadata, principal=principal)
 
@@ -136,7 +139,8 @@ def _unary(
 
     async def method(self: object, request: ProtoMessage, context: grpc.aio.ServicerContext) -> Any:
         call = access.open("grpc", name) if access is not None else None
-        rec = tel.server_call(name, names.GRPC, _trace_carrier(context)) if tel else None
+        metadata = metadata_of(context)
+        rec = tel.server_call(name, names.GRPC, metadata) if tel else None
         try:
             if calls.limit and calls.active >= calls.limit:
                 await _abort(context, calls.refusal(), call, rec)
@@ -144,7 +148,7 @@ def _unary(
             try:
                 if call is not None:
                     call.saw(request)
-                ctx = await call_context(context, authenticate)
+                ctx = await call_context(metadata, authenticate)
                 if call is not None:
                     call.principal = ctx.principal
                 if rec is not None:
@@ -187,7 +191,8 @@ def _streaming(
         self: object, request: ProtoMessage, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
         call = access.open("grpc", name) if access is not None else None
-        rec = tel.server_call(name, names.GRPC, _trace_carrier(context)) if tel else None
+        metadata = metadata_of(context)
+        rec = tel.server_call(name, names.GRPC, metadata) if tel else None
         try:
             if calls.limit and calls.active >= calls.limit:
                 await _abort(context, calls.refusal(), call, rec)
@@ -195,7 +200,7 @@ def _streaming(
             try:
                 if call is not None:
                     call.saw(request)
-                ctx = await call_context(context, authenticate)
+                ctx = await call_context(metadata, authenticate)
                 if call is not None:
                     call.principal = ctx.principal
                 if rec is not None:
@@ -237,17 +242,6 @@ async def _abort(
     if rec is not None:
         rec.failed(err.reason, err.grpc_status)
     await context.abort_with_status(error_status(err))
-
-
-def _trace_carrier(context: grpc.aio.ServicerContext) -> dict[str, str] | None:
-    """The W3C trace context of the call's metadata (nothing else of it), None without one."""
-    carrier = None
-    for key, value in context.invocation_metadata() or ():
-        if (key == hub.TRACEPARENT or key == hub.TRACESTATE) and isinstance(value, str):
-            if carrier is None:
-                carrier = {}
-            carrier[key] = value
-    return carrier
 
 
 def make_servicer(
@@ -297,9 +291,8 @@ async def _refuse(
 ) -> None:
     err: A2AError
     try:
-        ctx = await call_context(
-            context, authenticate
-        )  # UnauthenticatedError first, as for any call
+        # UnauthenticatedError first, as for any call
+        ctx = await call_context(metadata_of(context), authenticate)
         if call is not None:
             call.principal = ctx.principal
         err = InvalidRequestError(
