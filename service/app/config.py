@@ -80,7 +80,7 @@ class Settings(
     store_commit_interval_ms: float = field(
         default=5.0,
         metadata={
-            "help": "SQLite group commit: when independent callers write at once, their writes wait "
+            "help": "group commit (SQLite and PostgreSQL): when independent callers write at once, their writes wait "
             "until this long after the last commit (twice as long while more writers arrive "
             "than one slot gathers) and share one transaction; a lone caller's writes commit "
             "at once; `0` never waits"

@@ -32,8 +32,8 @@ def open_store(url: str, commit_interval_ms: float | None = None) -> Store:
     """`memory:`, `sqlite:///path/to/file.db` (relative paths allowed: `sqlite:data/a2a.db`),
     or `postgresql://user@host:5432/db` (shared by several processes; see service.store.postgres).
 
-    `commit_interval_ms`: SQLite's group commit (None: the store's default; see
-    service.store.sqlite)."""
+    `commit_interval_ms`: the group commit's slot of SQLite and PostgreSQL (None: the
+    default; see service.store.pacing)."""
     if url in ("memory:", "memory://"):
         from service.store.memory import MemoryTaskStore
 
@@ -54,7 +54,9 @@ def open_store(url: str, commit_interval_ms: float | None = None) -> Store:
     if url.startswith(POSTGRES_SCHEMES):
         from service.store.postgres import PostgresTaskStore
 
-        return PostgresTaskStore(url)
+        if commit_interval_ms is None:
+            return PostgresTaskStore(url)
+        return PostgresTaskStore(url, commit_interval=commit_interval_ms / 1000)
     raise ValueError(
         f"unknown store URL {redact_url(url)!r}: expected memory:, sqlite:PATH"
         " or postgresql://user@host/db"

@@ -34,6 +34,7 @@ tells the cases apart from what the batches held:
 
 from __future__ import annotations
 
+DEFAULT_COMMIT_INTERVAL = 0.005  # seconds between group commits under load (config: ms)
 # Two writers or fewer are served best by committing at once, and never outnumber a slot.
 _PAIR = 2
 

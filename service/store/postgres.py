@@ -8,12 +8,16 @@ against ~950-1,150; the event loop's CPU is what a replica runs out of first.
 connections in a plain queue.)
 
 Writes are group-committed: one commit on the wire at a time, taking
-everything queued when it starts (no timer: a lone caller commits at once,
-many callers share commits in proportion to the load). Measured here with 64
-callers x 2 saves: batches of ~32, 900-2,200 saves/s (a loaded 2-core host) at
-~85-90 µs of loop CPU per save; two commits in flight made batches half as
-large and cost 15-40% more CPU per save for no steady gain, so `_MAX_INFLIGHT`
-is 1 (the dispatcher supports more for a server with cores to spare). The
+everything queued when it starts, paced as SQLite's are (service.store.pacing,
+`store_commit_interval_ms`): a lone caller's write commits at once; when
+independent callers write, a commit starts at most once per slot (5 ms) so
+their writes share it. Without the pacing a commit took whatever had queued
+during the last round trip: on an idle 2-core host, 64 callers made batches of
+~2 saves, and the asyncpg statement's fixed cost (~150 µs of loop CPU) then
+capped one process at ~1,800 SendMessage/s; paced, ~12 saves share a commit
+and the same process serves ~2,500/s, as many as on SQLite. Two commits in
+flight made batches half as large and cost 15-40% more CPU per save for no
+steady gain, so `_MAX_INFLIGHT` is 1 (the dispatcher supports more). The
 saves of a batch are one statement (a data-modifying CTE over `unnest`
 arrays): the last snapshot of each task and every event, atomically, in one
 round trip. Push-config writes in the batch join it in one transaction. If a
@@ -55,6 +59,7 @@ from gen import a2a_pb2 as pb
 from service.protocol.errors import UnavailableError
 from service.protocol.timeutil import status_micros
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery, WriteConflict
+from service.store.pacing import DEFAULT_COMMIT_INTERVAL, CommitPacer
 from service.store.pg_schema import FINISHED_STATES, UNSETTLED_STATES, migrate
 
 log = logging.getLogger(__name__)
@@ -74,6 +79,9 @@ _CONNECTION_ERRORS = (
     asyncio.TimeoutError,
     asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.exceptions.InterfaceError,
+    # A connection whose server ended it while idle can be caught between states before
+    # it notices ("another operation is in progress"): as good as lost.
+    asyncpg.exceptions.InternalClientError,
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.ConnectionFailureError,
     asyncpg.exceptions.AdminShutdownError,
@@ -157,7 +165,12 @@ _Op = tuple[str, tuple[Any, ...], "asyncio.Future[Any]"]  # (kind, args, caller'
 class PostgresTaskStore:
     """Both seams (`TaskStore`, `PushConfigStore`) on one PostgreSQL database."""
 
-    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        commit_interval: float = DEFAULT_COMMIT_INTERVAL,
+    ) -> None:
         self._url = url
         self._size = max(2, pool_size)
         self.page_token_key = b""  # set by open()
@@ -166,6 +179,8 @@ class PostgresTaskStore:
         self._pending: list[_Op] = []
         self._writing: set[asyncio.Task[None]] = set()  # commits on the wire
         self._busy_keys: set[tuple[str, str, str]] = set()  # tasks those commits write
+        self._pacer = CommitPacer(commit_interval)
+        self._next_commit: asyncio.Handle | None = None  # the pacer's scheduled dispatch
         self._next_connect = 0.0  # loop time before which no reconnect is tried
         self._backoff = _BACKOFF_S[0]
         self._lock = asyncio.Lock()
@@ -195,10 +210,12 @@ class PostgresTaskStore:
             except Exception as exc:
                 await first.close()
                 raise RuntimeError(f"PostgreSQL schema: {_describe(exc)}") from None
-            self._idle = asyncio.Queue()
-            self._idle.put_nowait(first)
+            # Last in, first out: the connection used last (its statements prepared, its
+            # caches warm) serves the next call; more connect only as concurrency needs.
+            self._idle = asyncio.LifoQueue()
             for _ in range(self._size - 1):
                 self._idle.put_nowait(None)  # connected on first use
+            self._idle.put_nowait(first)
             self._open = True
 
     async def close(self) -> None:
@@ -207,7 +224,14 @@ class PostgresTaskStore:
             if not self._open:
                 return
             self._open = False
-            while self._writing:
+            if self._next_commit is not None:
+                self._next_commit.cancel()
+                self._next_commit = None
+            while self._writing or self._pending:  # what is queued commits now, unpaced
+                if not self._writing:
+                    self._dispatch()
+                    if not self._writing:
+                        break
                 await asyncio.wait(list(self._writing))
             left, self._pending = self._pending, []
             for _, _, fut in left:
@@ -258,6 +282,13 @@ class PostgresTaskStore:
                 conn.terminate()
             conn = None
             raise _unreachable() from None
+        except asyncio.CancelledError:
+            # Cancelled mid-statement (a caller's timeout): the connection may still be busy
+            # with it, so it is not handed to the next caller; a new one is made on demand.
+            if conn is not None:
+                conn.terminate()
+            conn = None
+            raise
         finally:
             idle.put_nowait(conn if conn is not None and not conn.is_closed() else None)
 
@@ -285,8 +316,25 @@ class PostgresTaskStore:
             raise RuntimeError("task store is not open")
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((kind, args, fut))  # before any await: call order = commit order
-        self._dispatch()
+        self._pace()
         return fut
+
+    def _pace(self) -> None:
+        """Schedule the next commit when the pacer says (while one is on the wire, its end
+        does this)."""
+        if len(self._writing) >= _MAX_INFLIGHT:
+            return
+        loop = asyncio.get_running_loop()
+        scheduled = self._next_commit is not None
+        when = self._pacer.on_write(loop.time(), len(self._pending), scheduled)
+        if when is None:
+            return
+        if self._next_commit is not None:
+            self._next_commit.cancel()
+        if when > 0:
+            self._next_commit = loop.call_later(when, self._dispatch)
+        else:
+            self._next_commit = loop.call_soon(self._dispatch)
 
     async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
         # Serialized now, so later changes to `task` by the caller are not stored.
@@ -315,6 +363,9 @@ class PostgresTaskStore:
         """Start commits while fewer than _MAX_INFLIGHT are on the wire: each takes the
         queued writes, in order, up to the first one whose task an unfinished commit
         writes (so one task's writes commit in call order, one commit at a time)."""
+        if self._next_commit is not None:
+            self._next_commit.cancel()
+            self._next_commit = None
         loop = asyncio.get_running_loop()
         while self._pending and len(self._writing) < _MAX_INFLIGHT:
             batch: list[_Op] = []
@@ -328,6 +379,7 @@ class PostgresTaskStore:
             if not batch:
                 return
             del self._pending[: len(batch)]
+            self._pacer.on_commit(loop.time(), len(batch))
             self._busy_keys |= keys
             task = loop.create_task(self._commit_and_settle(batch, keys))
             self._writing.add(task)
@@ -349,7 +401,10 @@ class PostgresTaskStore:
             if current is not None:
                 self._writing.discard(current)  # before dispatching: this slot is free
             if self._pending:
-                self._dispatch()
+                if self._open:
+                    self._pace()
+                else:
+                    self._dispatch()  # closing: no more waiting
 
     async def _commit(self, batch: list[_Op]) -> list[tuple[Any, BaseException | None]]:
         try:

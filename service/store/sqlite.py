@@ -63,7 +63,7 @@ from gen import a2a_pb2 as pb
 from service.protocol.states import TERMINAL
 from service.protocol.timeutil import status_micros
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
-from service.store.pacing import CommitPacer
+from service.store.pacing import DEFAULT_COMMIT_INTERVAL, CommitPacer
 from service.telemetry import hub
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,6 @@ _FINISHED_INDEX = (
     f"CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (status_us) WHERE {_FINISHED_SQL}"
 )
 
-DEFAULT_COMMIT_INTERVAL = 0.005  # seconds between group commits under load (config: ms)
 _MAX_BATCH = 512  # operations per transaction (bounds how long one commit holds the loop)
 _BUSY_TIMEOUT_S = 10.0  # how long writes wait for another process's write lock
 _BUSY_RETRY_S = (0.001, 0.05)  # first and longest pause between attempts

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 
 import asyncpg
 import pytest
@@ -142,6 +143,58 @@ async def test_concurrent_saves_share_commits_and_keep_call_order(database, monk
         assert (await s.list(A, TaskQuery())).total_size == 200
     finally:
         await s.close()
+
+
+async def test_independent_callers_share_a_paced_commit_and_a_lone_caller_does_not_wait(
+    database, monkeypatch
+):
+    url, _ = database
+    s = PostgresTaskStore(url, commit_interval=0.2)  # a long slot: what it gathers is plain
+    await s.open()
+    batches: list[int] = []
+    run_batch = postgres._run_batch
+
+    async def counted(conn, batch):
+        batches.append(len(batch))
+        return await run_batch(conn, batch)
+
+    monkeypatch.setattr(postgres, "_run_batch", counted)
+    try:
+        pair = [make_task(f"p{i}") for i in range(2)]  # two at once: independent writers
+        await asyncio.gather(*(s.save(A, t, [event(t, 1)]) for t in pair))
+        batches.clear()
+        saves = []
+        for i in range(10):  # then callers arriving 10 ms apart, each commit ~1 ms
+            task = make_task(f"spread{i}")
+            saves.append(asyncio.ensure_future(s.save(A, task, [event(task, 1)])))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*saves)
+    finally:
+        await s.close()
+        monkeypatch.setattr(postgres, "_run_batch", run_batch)
+    # Unpaced, each would have had a commit of its own; the slot gathered them.
+    assert sum(batches) == 10 and len(batches) <= 2, batches
+    # A lone caller: its saves commit on the next loop iteration, not after a slot (the
+    # pacer tries one slot a second, its probe for other writers).
+    s = PostgresTaskStore(url)
+    await s.open()
+    waits: list[float | None] = []
+    on_write = s._pacer.on_write
+
+    def recorded(now: float, pending: int, scheduled: bool) -> float | None:
+        waits.append(on_write(now, pending, scheduled))
+        return waits[-1]
+
+    monkeypatch.setattr(s._pacer, "on_write", recorded)
+    started = time.monotonic()
+    try:
+        for i in range(20):
+            task = make_task(f"lone-{i}")
+            await s.save(A, task, [event(task, 1)])
+    finally:
+        await s.close()
+    probes = 1 + int(time.monotonic() - started)
+    assert len(waits) == 20 and sum(1 for w in waits if w) <= probes, waits
 
 
 async def test_list_queries_read_an_index_without_sorting(database):
