@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 
 _BACKOFF_S = (0.1, 5.0)
 _MAX_OUTGOING = 10_000  # messages queued for Redis; beyond, they are dropped (and RESYNCed)
+# Between two publishing round trips. Measured on a 2-core host, one process at ~1,300
+# SendMessage/s: with every round trip taking what was queued, batches held a few messages
+# and redis-py's per-round-trip cost was ~1/3 of a request's CPU; 2 ms: +10% throughput,
+# half the Redis CPU, and cross-process events still arrive in ~3 ms (p50).
+_PIPELINE_GAP_S = 0.002
 _HEAD = struct.Struct(">QI")
 _EVENTS, _RESYNC = b"E", b"R"
 
@@ -228,8 +233,16 @@ class RedisBus:
 
     async def _publish_loop(self) -> None:
         backoff = _BACKOFF_S[0]
+        loop = asyncio.get_running_loop()
+        last = float("-inf")
         while True:
             channel, message = await self._outgoing.get()
+            # At most one round trip per _PIPELINE_GAP_S: under load, what the next
+            # millisecond brings shares it (sparse traffic goes out at once).
+            wait = last + _PIPELINE_GAP_S - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            last = loop.time()
             batch = [(channel, message)]
             while not self._outgoing.empty() and len(batch) < 256:
                 batch.append(self._outgoing.get_nowait())

@@ -97,3 +97,35 @@ async def test_a_redis_restart_tells_subscribers_to_catch_up(own_redis):
     finally:
         await a.close()
         await b.close()
+
+
+async def test_publishing_round_trips_are_spaced_so_bursts_share_them(own_redis, monkeypatch):
+    import redis.asyncio.client
+
+    from service.engine import redis_bus
+
+    starts: list[float] = []
+    execute = redis.asyncio.client.Pipeline.execute
+
+    async def timed(self, *args, **kwargs):
+        starts.append(asyncio.get_running_loop().time())
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.asyncio.client.Pipeline, "execute", timed)
+    a, b = RedisBus(own_redis.url), RedisBus(own_redis.url)
+    await a.open()
+    await b.open()
+    try:
+        remote = b.subscribe("k").events()
+        await _until_live(remote)
+        for seq in range(1, 41):  # a burst from a busy loop, with turns in between
+            a.publish("k", [ev(seq)])
+            await asyncio.sleep(0)
+        assert [(await _next(remote)).seq for _ in range(40)] == list(range(1, 41))
+    finally:
+        await a.close()
+        await b.close()
+    # One round trip per gap at most: the burst shared a few instead of one each.
+    assert 1 <= len(starts) < 40
+    gaps = [later - earlier for earlier, later in zip(starts, starts[1:], strict=False)]
+    assert all(g >= redis_bus._PIPELINE_GAP_S * 0.9 for g in gaps), gaps
