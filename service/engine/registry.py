@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from gen import a2a_pb2 as pb
@@ -136,8 +137,9 @@ class Engine:
         await run.finish()
 
     def live_keys(self) -> list[str]:
-        """Bus keys of the tasks whose agent coroutine runs here (working or paused)."""
-        return [run.key for run in self._runs.values() if run.agent_alive]
+        """Bus keys of the tasks whose agent coroutine runs here (working or paused) and
+        whose owner is recorded (see TaskRun.claim)."""
+        return [run.key for run in self._runs.values() if run.agent_alive and run.owned]
 
     # ---- runs ----------------------------------------------------------------
 
@@ -263,7 +265,7 @@ class Engine:
             permissions=self.permissions,
         )
         if self.peers is not None:
-            self.peers.claim_new(run.key)
+            run.claim = partial(self.peers.claim_new, run.key)
         self._start_agent(run, ctx)
         return turn
 
@@ -303,6 +305,7 @@ class Engine:
                 if other is not None:  # the paused turn lives on another process
                     self._release(run)
                     return await self.peers.resume_elsewhere(other, run, message, caller, stream)
+                run.owned = True
             break
         try:  # an answer to a pending permission request must match it (nothing changes if not)
             answer = answer_for(run, message)
@@ -417,8 +420,10 @@ class Engine:
                 run.watch_handle = None
             run.watched = False
         run.agent_ended()
+        run.claim = None  # over before its first commit: nobody needs to find its owner
         await run.finish()
-        if self.peers is not None and not run.agent_alive:
+        if self.peers is not None and run.owned and not run.agent_alive:
+            run.owned = False
             self.peers.release(run.key)
 
     async def wait(self, turn: Turn) -> pb.Message | pb.Task:

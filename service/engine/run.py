@@ -97,6 +97,12 @@ class TaskRun:
         self.watch_handle: asyncio.TimerHandle | None = None
         self._on_pause = on_pause
         self.trace: hub.TurnTrace | None = None  # the running turn's span (telemetry on)
+        # Several processes (service.engine.peers): `claim` records this process as the
+        # task's owner; a new task's turn makes it at its first commit, if its agent still
+        # runs then (a turn over by then needs no owner: nobody saw it working). `owned`:
+        # recorded, by that or by taking the task for a follow-up (released at the end).
+        self.claim: Callable[[], None] | None = None
+        self.owned = False
 
     # ---- state -----------------------------------------------------------
 
@@ -347,6 +353,11 @@ class TaskRun:
                     await self._linger()
                 batch, self._pending = self._pending, []
                 assert self.task is not None
+                if self.claim is not None:
+                    claim, self.claim = self.claim, None
+                    if self.agent_alive:
+                        claim()  # queued on the bus before this commit's events
+                        self.owned = True
                 trace = self.trace
                 started = time.perf_counter() if trace is not None else 0.0
                 try:

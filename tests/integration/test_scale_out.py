@@ -13,6 +13,7 @@ import weakref
 import grpc
 import httpx
 import pytest
+import redis.asyncio
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
@@ -229,6 +230,39 @@ async def _hanging(runner: Sdk, watcher: Sdk) -> sdk.Task:
 
 async def _state_is(client: Sdk, task_id: str, state: int) -> bool:
     return (await client.unary.get_task(sdk.GetTaskRequest(id=task_id))).status.state == state
+
+
+async def test_the_owner_is_recorded_only_for_turns_that_outlive_their_first_commit(
+    cluster, sdk_for
+):
+    a = await cluster.start()
+    on_a = await sdk_for(a)
+    client = redis.asyncio.Redis.from_url(cluster.redis.url)
+    try:
+
+        async def owner_keys() -> list[bytes]:
+            return [k async for k in client.scan_iter(match="*:owner:*")]
+
+        async def evals() -> int:
+            return (await client.info("commandstats")).get("cmdstat_eval", {}).get("calls", 0)
+
+        before = await evals()
+        for i in range(5):  # over before their first commit: nobody could see them working
+            done = (await one(on_a.unary.send_message(send(f"echo {i}")))).task
+            assert done.status.state == sdk.TASK_STATE_COMPLETED
+        assert await owner_keys() == [] and await evals() == before  # no claim, no release
+        running = await _hanging(on_a, on_a)
+        keys = await _wait_for(owner_keys, "the working task's owner key")
+        assert len(keys) == 1 and running.id in keys[0].decode()
+        canceled = await on_a.unary.cancel_task(sdk.CancelTaskRequest(id=running.id))
+        assert canceled.status.state == sdk.TASK_STATE_CANCELED
+
+        async def released() -> bool:
+            return await owner_keys() == []
+
+        await _wait_for(released, "the owner key to be released")
+    finally:
+        await client.aclose()
 
 
 async def test_a_paused_turn_is_resumed_where_it_waits(cluster, sdk_for):
