@@ -804,10 +804,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="flood with the asyncio load generator even when wrk is installed",
     )
     p.add_argument(
-        "--scale-requests", type=int, help="h2load requests per scale-out row (default 4000)"
+        "--scale-requests", type=int, help="h2load requests per scale-out row (default 10000)"
     )
     p.add_argument(
-        "--scale-connections", type=int, default=16, help="h2load connections (default 16)"
+        "--scale-connections",
+        type=int,
+        default=64,
+        help="h2load connections (default 64: the kernel spreads connections over --workers"
+        " by a hash, and a few connections can split unevenly)",
     )
     p.add_argument(
         "--scale-samples", type=int, help="cancel and event latency samples (default 100)"
@@ -830,7 +834,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         list_calls=50 if quick else 200,
         burst_seconds=2.0 if quick else 15.0,
         burst_idle_seconds=0.5 if quick else 3.0,
-        scale_requests=600 if quick else 4000,
+        scale_requests=600 if quick else 10000,
         scale_samples=20 if quick else 100,
     )
     for key, value in defaults.items():
