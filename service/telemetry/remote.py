@@ -86,7 +86,12 @@ def rebuild(flat: Flat) -> LightSpan:
 def _child(
     conn: Connection, settings: dict[str, Any], resource: dict[str, Any], scope: Any
 ) -> None:
-    """The exporter process: spans from the pipe to the collector, until the pipe closes."""
+    """The exporter process: spans from the pipe to the collector, until the pipe closes.
+    It runs at the lowest CPU priority: on a busy host the requests come first, and spans
+    wait in the pipe (bounded) rather than slow them down."""
+    import os
+
+    os.nice(19)
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 

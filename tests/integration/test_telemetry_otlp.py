@@ -4,6 +4,7 @@ HTTP/protobuf (`/v1/traces`, `/v1/metrics`), with the configured headers."""
 
 from __future__ import annotations
 
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -143,3 +144,6 @@ async def test_the_otlp_exporter_sends_spans_and_metrics(
     assert turn.parent_span_id == server.span_id and turn.trace_id == server.trace_id
     assert collected.service_names == {"otlp-test-service"}
     assert any(h.get("x-collector-tenant") == "team-a" for h in collected.headers)
+    # The exporter process runs at the lowest CPU priority: serving comes first.
+    exporter = service.telemetry.pipeline.exporter
+    assert os.getpriority(os.PRIO_PROCESS, exporter._process.pid) == 19
