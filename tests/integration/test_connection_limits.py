@@ -468,18 +468,29 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
             firsts[s] = first
             return s
 
+        trickle_head = (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"A2A-Version: 1.0\r\nContent-Length: 5000\r\n\r\n{"
+        )
+        # Five trickles first, taken while there is room: mid-body, they are never evicted,
+        # and only their body deadline (408) ends them. A request on a new connection after
+        # them is answered once they were accepted (the listen queue is first in, first out).
+        early = []
+        for _ in range(5):
+            s = socket.create_connection(("127.0.0.1", http_port), timeout=BOUND)
+            s.sendall(trickle_head)
+            s.setblocking(False)
+            flood.append(s)
+            early.append(s)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{http_port}", timeout=BOUND
+        ) as client:
+            assert (await client.get("/health")).status_code == 200
         silent = [connect(http_port) for _ in range(300)]
         partial = [
             connect(http_port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Ty") for _ in range(100)
         ]
-        trickling = [
-            connect(
-                http_port,
-                b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"A2A-Version: 1.0\r\nContent-Length: 5000\r\n\r\n{",
-            )
-            for _ in range(50)
-        ]
+        trickling = early + [connect(http_port, trickle_head) for _ in range(45)]
         grpc_silent = [connect(grpc_port) for _ in range(200)]
         pending = set(flood)
         with selectors.DefaultSelector() as sel:  # wait (bounded) until every connect is through
@@ -559,7 +570,9 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
             assert answers[s] == b"" or answers[s].endswith(b"handshake timeout"), answers[s][-100:]
         for s in trickling:
             assert answers[s].startswith((b"HTTP/1.1 408", b"HTTP/1.1 503")), answers[s][:100]
-        assert sum(answers[s].startswith(b"HTTP/1.1 408") for s in trickling) >= 1
+        assert all(answers[s].startswith(b"HTTP/1.1 408") for s in early), [
+            answers[s][:40] for s in early
+        ]
         tally = {
             "http 503": sum(answers[s] == BUSY_RESPONSE for s in silent + partial + trickling),
             "http closed silently": sum(answers[s] == b"" for s in silent + partial),
@@ -605,4 +618,9 @@ async def test_hundreds_of_idle_sockets_do_not_starve_a_server_with_256_descript
         and "Too many open files" not in text
         and "internal error" not in text
     ), text
-    assert len(log) < 6000, text
+    # The flood is summarised, not logged line by line; what remains is one access line per
+    # request the server took (the trickles it admitted, and this test's own requests).
+    lines = text.splitlines()
+    access = [line for line in lines if '"logger": "service.access"' in line]
+    assert len("\n".join(line for line in lines if line not in access)) < 6000, text
+    assert len(access) <= 50 + 3, text
