@@ -5,11 +5,13 @@ one process sends another (cancel a task it runs), over the Redis bus.
   `lease_seconds`, refreshed three times per lease). A process that stops refreshing
   (killed, partitioned, stuck) is dead once it expires.
 - Ownership: while an agent coroutine of a task runs (working, or paused in
-  `ctx.ask()`), `PREFIX:owner:KEY` names its process. New tasks record it on the
-  way out (queued before their first event); a follow-up takes an idle task with
-  an atomic compare-and-set, so two processes cannot both start a turn. Each
-  heartbeat re-asserts the owner keys of the process's live runs, so a Redis
-  restart (which forgets every key) is repaired within a third of a lease.
+  `ctx.ask()`), `PREFIX:owner:KEY` names its process. A new task records it at its
+  first commit (queued before that commit's events) if its agent still runs then (a
+  turn over before that was never seen working and needs none); a follow-up takes an
+  idle task with an atomic compare-and-set, so two processes cannot both start a
+  turn. Each heartbeat re-asserts the owner keys of the process's live, recorded
+  runs, so a Redis restart (which forgets every key) is repaired within a third of a
+  lease.
 - Writes are fenced by the store, not by the lease: two writers of one task cannot
   both commit an event sequence (service.store.base.WriteConflict), so even a
   process that believes itself alive after its lease expired cannot interleave.
