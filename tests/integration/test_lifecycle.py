@@ -63,6 +63,13 @@ def state_of(event: dict) -> str | None:
     return None
 
 
+async def start_task(stub, text: str) -> pb.Task:
+    """SendMessage with return_immediately: the task as it started."""
+    config = pb.SendMessageConfiguration(return_immediately=True)
+    request = pb.SendMessageRequest(message=user_message(text), configuration=config)
+    return (await stub.SendMessage(request)).task
+
+
 async def wait_for_state(stub, task_id: str, state: int, seconds: float = 30.0) -> pb.Task:
     deadline = time.monotonic() + seconds
     while True:
@@ -94,12 +101,7 @@ async def test_second_server_on_one_data_dir_refuses_and_touches_nothing(tmp_pat
     try:
         async with grpc.aio.insecure_channel(first.address) as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            config = pb.SendMessageConfiguration(return_immediately=True)
-            task = (
-                await stub.SendMessage(
-                    pb.SendMessageRequest(message=user_message("go"), configuration=config)
-                )
-            ).task
+            task = await start_task(stub, "go")
 
             second = ServerProcess("--data-dir", str(data), *extra)
             with pytest.raises(RuntimeError, match="exited during startup"):
@@ -154,12 +156,7 @@ async def test_a_stuck_shutdown_step_ends_the_process_and_is_named(tmp_path):
     ).start()
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
-        config = pb.SendMessageConfiguration(return_immediately=True)
-        task = (
-            await stub.SendMessage(
-                pb.SendMessageRequest(message=user_message("stubborn"), configuration=config)
-            )
-        ).task
+        task = await start_task(stub, "stubborn")
         assert (await wait_for_state(stub, task.id, pb.TASK_STATE_WORKING)).status.state == (
             pb.TASK_STATE_WORKING
         )

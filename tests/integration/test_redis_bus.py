@@ -4,6 +4,9 @@ test starts on its own port: order, no echo, catch-up signals, and a Redis resta
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
@@ -36,6 +39,21 @@ async def _until_live(it) -> None:
     assert await _next(it) == RESYNC
 
 
+@asynccontextmanager
+async def publisher_and_follower(url: str) -> AsyncIterator[tuple[RedisBus, RedisBus, Any]]:
+    """Two open buses (as two processes) and b's live subscription to topic "k"."""
+    a, b = RedisBus(url), RedisBus(url)
+    await a.open()
+    await b.open()
+    try:
+        remote = b.subscribe("k").events()
+        await _until_live(remote)
+        yield a, b, remote
+    finally:
+        await a.close()
+        await b.close()
+
+
 def test_wire_format_round_trips():
     events = [ev(1), ev(2), ev(300)]
     assert decode_events(encode_events(b"o" * 16, events)) == events
@@ -66,12 +84,7 @@ async def test_events_cross_buses_in_order_and_never_echo(own_redis):
 
 
 async def test_a_redis_restart_tells_subscribers_to_catch_up(own_redis):
-    a, b = RedisBus(own_redis.url), RedisBus(own_redis.url)
-    await a.open()
-    await b.open()
-    try:
-        remote = b.subscribe("k").events()
-        await _until_live(remote)
+    async with publisher_and_follower(own_redis.url) as (a, b, remote):
         a.publish("k", [ev(1)])
         assert await _next(remote) == ev(1)
         own_redis.stop()
@@ -94,9 +107,6 @@ async def test_a_redis_restart_tells_subscribers_to_catch_up(own_redis):
         while await b.health() is not None:
             assert loop.time() < deadline
             await asyncio.sleep(0.05)
-    finally:
-        await a.close()
-        await b.close()
 
 
 async def test_publishing_round_trips_are_spaced_so_bursts_share_them(own_redis, monkeypatch):
@@ -112,19 +122,11 @@ async def test_publishing_round_trips_are_spaced_so_bursts_share_them(own_redis,
         return await execute(self, *args, **kwargs)
 
     monkeypatch.setattr(redis.asyncio.client.Pipeline, "execute", timed)
-    a, b = RedisBus(own_redis.url), RedisBus(own_redis.url)
-    await a.open()
-    await b.open()
-    try:
-        remote = b.subscribe("k").events()
-        await _until_live(remote)
+    async with publisher_and_follower(own_redis.url) as (a, _, remote):
         for seq in range(1, 41):  # a burst from a busy loop, with turns in between
             a.publish("k", [ev(seq)])
             await asyncio.sleep(0)
         assert [(await _next(remote)).seq for _ in range(40)] == list(range(1, 41))
-    finally:
-        await a.close()
-        await b.close()
     # One round trip per gap at most: the burst shared a few instead of one each.
     assert 1 <= len(starts) < 40
     gaps = [later - earlier for earlier, later in zip(starts, starts[1:], strict=False)]

@@ -118,10 +118,8 @@ async def test_two_writers_of_one_task_cannot_both_append(database):
         await second.close()
 
 
-async def test_concurrent_saves_share_commits_and_keep_call_order(database, monkeypatch):
-    url, _ = database
-    s = PostgresTaskStore(url)
-    await s.open()
+def count_batches(monkeypatch) -> list[int]:
+    """The size of every batch the store commits from now on (one statement each)."""
     batches: list[int] = []
     run_batch = postgres._run_batch
 
@@ -130,6 +128,14 @@ async def test_concurrent_saves_share_commits_and_keep_call_order(database, monk
         return await run_batch(conn, batch)
 
     monkeypatch.setattr(postgres, "_run_batch", counted)
+    return batches
+
+
+async def test_concurrent_saves_share_commits_and_keep_call_order(database, monkeypatch):
+    url, _ = database
+    s = PostgresTaskStore(url)
+    await s.open()
+    batches = count_batches(monkeypatch)
     try:
         tasks = [make_task(f"t{i}", us=i) for i in range(200)]
         await asyncio.gather(*(s.save(A, t, [event(t, 1)]) for t in tasks))
@@ -151,14 +157,7 @@ async def test_independent_callers_share_a_paced_commit_and_a_lone_caller_does_n
     url, _ = database
     s = PostgresTaskStore(url, commit_interval=0.2)  # a long slot: what it gathers is plain
     await s.open()
-    batches: list[int] = []
-    run_batch = postgres._run_batch
-
-    async def counted(conn, batch):
-        batches.append(len(batch))
-        return await run_batch(conn, batch)
-
-    monkeypatch.setattr(postgres, "_run_batch", counted)
+    batches = count_batches(monkeypatch)
     try:
         pair = [make_task(f"p{i}") for i in range(2)]  # two at once: independent writers
         await asyncio.gather(*(s.save(A, t, [event(t, 1)]) for t in pair))
@@ -171,7 +170,7 @@ async def test_independent_callers_share_a_paced_commit_and_a_lone_caller_does_n
         await asyncio.gather(*saves)
     finally:
         await s.close()
-        monkeypatch.setattr(postgres, "_run_batch", run_batch)
+        monkeypatch.undo()
     # Unpaced, each would have had a commit of its own; the slot gathered them.
     assert sum(batches) == 10 and len(batches) <= 2, batches
     # A lone caller: its saves commit on the next loop iteration, not after a slot (the
