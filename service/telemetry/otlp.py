@@ -2,11 +2,12 @@
 
 The SDK's OTLP span exporters encode each span by building protobuf messages field
 by field, which costs more per span (100-250 us on a small machine) than the service
-spends on a whole request. Here LightSpans are written straight to the protobuf wire
-format (repeated parts such as `a2a.method = SendMessage` cached), the request is
-parsed once into `ExportTraceServiceRequest` (C code) and handed to the SDK
-exporter's own transport: its endpoint, headers, TLS, compression, timeouts and
-retries, and the `OTEL_EXPORTER_OTLP_*` variables, are the SDK's.
+spends on a whole request. Here spans, as the flat tuples `flatten` makes of them (what
+the exporter process receives, see remote.py), are written straight to the protobuf wire
+format (repeated parts such as `a2a.method = SendMessage` cached), and the encoded
+request goes as it is to the SDK exporter's own transport: its endpoint, headers, TLS,
+compression, timeouts and retries, and the `OTEL_EXPORTER_OTLP_*` variables, are the
+SDK's (over gRPC, its channel with a stub that sends bytes as they are).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import os
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_resource
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -24,12 +25,14 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope as PbScope
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import StatusCode
 
 from service.telemetry.settings import TelemetrySettings, headers
 from service.telemetry.spans import LightSpan
@@ -40,11 +43,44 @@ _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
 _pack_times = struct.Struct("<BBBQBQ").pack
 _CACHE_MAX = 4096
-_STATUS = {
-    StatusCode.UNSET: b"",
-    StatusCode.OK: b"\x18\x01",
-    StatusCode.ERROR: b"\x18\x02",
-}
+_STATUS = (b"", b"\x18\x01", b"\x18\x02")  # by StatusCode value: UNSET, OK, ERROR
+_EXPORT_PATH = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+Flat = tuple[Any, ...]  # a span as plain values: see flatten
+
+
+def flatten(s: LightSpan) -> Flat:
+    """A span as plain values (ints, strings, tuples, lists, dicts): what `marshal` can
+    carry to the exporter process and SpanEncoder writes from."""
+    ctx = s.context
+    parent = s.parent
+    return (
+        s.name,
+        ctx.trace_id,
+        ctx.span_id,
+        int(ctx.trace_flags),
+        ctx.trace_state.to_header() if ctx.trace_state else "",
+        parent.span_id if parent is not None else 0,
+        bool(parent is not None and parent.is_remote),
+        s.kind.value,
+        s.start_time,
+        s.end_time,
+        s.attributes,
+        s.events,
+        s.dropped_events,
+        [
+            (
+                link.context.trace_id,
+                link.context.span_id,
+                int(link.context.trace_flags),
+                link.context.is_remote,
+                dict(link.attributes or {}),
+            )
+            for link in s.links
+        ],
+        s.status.status_code.value,
+        s.status.description or "",
+    )
 
 
 def _varint(n: int) -> bytes:
@@ -115,66 +151,80 @@ class SpanEncoder:
             encoded = self._names[key] = _field(tag, name.encode("utf-8", "replace"))
         return encoded
 
-    def span(self, s: LightSpan) -> bytes:
-        ctx = s.context
-        parts = [
-            b"\x0a\x10"
-            + ctx.trace_id.to_bytes(16, "big")
-            + b"\x12\x08"
-            + ctx.span_id.to_bytes(8, "big")
+    def span(self, flat: Flat) -> bytes:
+        """One span (as `flatten` made it) in the wire format of an OTLP `Span`."""
+        (name, trace_id, span_id, flags, state, parent_id, parent_remote, kind, start, end) = flat[
+            :10
         ]
-        state = ctx.trace_state.to_header() if ctx.trace_state else ""
+        attributes, span_events, dropped, links, status_code, status_text = flat[10:]
+        parts = [
+            b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08" + span_id.to_bytes(8, "big")
+        ]
         if state:
             parts.append(_field(0x1A, state.encode()))
-        if s.parent is not None:
-            parts.append(b"\x22\x08" + s.parent.span_id.to_bytes(8, "big"))
+        if parent_id:
+            parts.append(b"\x22\x08" + parent_id.to_bytes(8, "big"))
         # name, kind (OTLP's kinds are the API's + 1), start and end times
-        parts.append(self._name(0x2A, s.name))
-        parts.append(_pack_times(0x30, s.kind.value + 1, 0x39, s.start_time, 0x41, s.end_time))
+        parts.append(self._name(0x2A, name))
+        parts.append(_pack_times(0x30, kind + 1, 0x39, start, 0x41, end))
         attribute = self._attribute
-        for key, value in s.attributes.items():
+        for key, value in attributes.items():
             parts.append(attribute(0x4A, key, value))
         events = self._events
-        for name, ts, attrs in s.events:
-            event_key: tuple[Any, ...] = (name, *attrs.items())
+        for event_name, ts, attrs in span_events:
+            event_key: tuple[Any, ...] = (event_name, *attrs.items())
             try:
                 body = events[event_key]  # state changes and chunks repeat: one encoding each
             except KeyError:
-                body = self._name(0x12, name) + b"".join(
+                body = self._name(0x12, event_name) + b"".join(
                     [attribute(0x1A, k, v) for k, v in attrs.items()]
                 )
                 if len(events) >= _CACHE_MAX:
                     events.clear()
                 events[event_key] = body
             except TypeError:  # an unhashable attribute value
-                body = self._name(0x12, name) + b"".join(
+                body = self._name(0x12, event_name) + b"".join(
                     [attribute(0x1A, k, v) for k, v in attrs.items()]
                 )
             parts.append(_field(0x5A, b"\x09" + _pack_q(ts) + body))
-        if s.dropped_events:
-            parts.append(b"\x60" + _varint(s.dropped_events))
-        for link in s.links:
-            lc = link.context
+        if dropped:
+            parts.append(b"\x60" + _varint(dropped))
+        for link_trace, link_span, link_flags, link_remote, link_attrs in links:
             link_parts = [
-                b"\x0a\x10" + lc.trace_id.to_bytes(16, "big"),
-                b"\x12\x08" + lc.span_id.to_bytes(8, "big"),
-                *self._attributes(0x22, link.attributes or {}),
-                b"\x35" + struct.pack("<I", int(lc.trace_flags) | 0x100 | (0x200 * lc.is_remote)),
+                b"\x0a\x10" + link_trace.to_bytes(16, "big"),
+                b"\x12\x08" + link_span.to_bytes(8, "big"),
+                *self._attributes(0x22, link_attrs),
+                b"\x35" + struct.pack("<I", link_flags | 0x100 | (0x200 * link_remote)),
             ]
             parts.append(_field(0x6A, b"".join(link_parts)))
-        status = _STATUS[s.status.status_code]
-        if status or s.status.description:
-            message = s.status.description or ""
-            encoded = (_field(0x12, message.encode()) if message else b"") + status
+        status = _STATUS[status_code]
+        if status or status_text:
+            encoded = (_field(0x12, status_text.encode()) if status_text else b"") + status
             parts.append(_field(0x7A, encoded))
-        remote = 0x300 if s.parent is not None and s.parent.is_remote else 0x100
-        parts.append(b"\x85\x01" + struct.pack("<I", int(ctx.trace_flags) | remote))
+        remote = 0x300 if parent_remote else 0x100
+        parts.append(b"\x85\x01" + struct.pack("<I", flags | remote))
         return b"".join(parts)
 
-    def request(self, spans: Sequence[LightSpan]) -> bytes:
+    def request(self, spans: Sequence[Flat]) -> bytes:
+        """An `ExportTraceServiceRequest` of flat spans, encoded."""
         scope_spans = self._scope + b"".join(_field(0x12, self.span(s)) for s in spans)
         resource_spans = self._resource + _field(0x12, scope_spans)
         return _field(0x0A, resource_spans)
+
+
+def _as_bytes(request: bytes | ExportTraceServiceRequest) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+class _TraceServiceStub:
+    """TraceService's stub, taking requests already encoded (or messages, for SDK spans)."""
+
+    def __init__(self, channel: Any) -> None:
+        self.Export = channel.unary_unary(
+            _EXPORT_PATH,
+            request_serializer=_as_bytes,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
 
 
 class GrpcSpans(GrpcSpanExporter):
@@ -184,14 +234,18 @@ class GrpcSpans(GrpcSpanExporter):
         super().__init__(**kwargs)
         self._encoder = encoder
 
-    def export_light(self, spans: Sequence[LightSpan]) -> bool:
+    def _initialize_channel_and_stub(self) -> None:
+        super()._initialize_channel_and_stub()
+        self._client = cast(Any, _TraceServiceStub(self._channel))
+
+    def export_flat(self, spans: Sequence[Flat]) -> bool:
         result = self._export(spans)  # type: ignore[arg-type]  # ours: see _translate_data
         return bool(result.value == 0)
 
-    def _translate_data(self, data: Any) -> ExportTraceServiceRequest:
-        if data and not isinstance(data[0], LightSpan):  # an agent's own SDK spans
+    def _translate_data(self, data: Any) -> Any:
+        if data and not isinstance(data[0], tuple):  # an agent's own SDK spans
             return super()._translate_data(data)
-        return ExportTraceServiceRequest.FromString(self._encoder.request(data))
+        return self._encoder.request(data)  # bytes, sent as they are (_TraceServiceStub)
 
     def _count_data(self, data: Any) -> int:
         return len(data)
@@ -204,7 +258,7 @@ class HttpSpans(HttpSpanExporter):
         super().__init__(**kwargs)
         self._encoder = encoder
 
-    def export_light(self, spans: Sequence[LightSpan]) -> bool:
+    def export_flat(self, spans: Sequence[Flat]) -> bool:
         if self._shutdown:
             return False
         result = self._client.export(self._encoder.request(spans))
@@ -258,10 +312,12 @@ def otlp_metric_exporter(s: TelemetrySettings) -> Any:
 # ResourceSpans / ScopeSpans are imported so the field numbers above can be checked against
 # them (tests/unit/test_telemetry_otlp.py parses what SpanEncoder writes).
 __all__ = [
+    "Flat",
     "GrpcSpans",
     "HttpSpans",
     "SpanEncoder",
     "ResourceSpans",
+    "flatten",
     "ScopeSpans",
     "otlp_metric_exporter",
     "otlp_span_exporter",

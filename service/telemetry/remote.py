@@ -4,9 +4,9 @@ The service runs its requests on one event-loop thread; an exporter thread in th
 process takes the GIL from it for as long as it encodes (and the switching costs the loop
 more again). With `telemetry = "otlp"` the span pipeline's thread only flattens each
 batch of ended spans to plain tuples, `marshal`s them (C code) and writes them to a pipe;
-a child process started with the service rebuilds the spans and exports them with
-otlp.py's exporters, on another core. If the child is gone, spans are dropped (counted in
-a warning), never queued without bound.
+a child process started with the service encodes them from those tuples and exports
+them with otlp.py's exporters, on another core. If the child is gone, spans are dropped
+(counted in a warning), never queued without bound.
 """
 
 from __future__ import annotations
@@ -14,73 +14,17 @@ from __future__ import annotations
 import logging
 import marshal
 import multiprocessing
+import os
 import threading
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.span import TraceState
-
+from service.telemetry.otlp import flatten, otlp_span_exporter
+from service.telemetry.settings import TelemetrySettings
 from service.telemetry.spans import LightSpan
 
 log = logging.getLogger("service.telemetry")
-
-Flat = tuple[Any, ...]
-
-
-def flatten(s: LightSpan) -> Flat:
-    ctx = s.context
-    parent = s.parent
-    return (
-        s.name,
-        ctx.trace_id,
-        ctx.span_id,
-        int(ctx.trace_flags),
-        ctx.trace_state.to_header() if ctx.trace_state else "",
-        parent.span_id if parent is not None else 0,
-        bool(parent is not None and parent.is_remote),
-        s.kind.value,
-        s.start_time,
-        s.end_time,
-        s.attributes,
-        s.events,
-        s.dropped_events,
-        [
-            (
-                link.context.trace_id,
-                link.context.span_id,
-                int(link.context.trace_flags),
-                link.context.is_remote,
-                dict(link.attributes or {}),
-            )
-            for link in s.links
-        ],
-        s.status.status_code.value,
-        s.status.description or "",
-    )
-
-
-def rebuild(flat: Flat) -> LightSpan:
-    """A LightSpan again (in the child: it is only encoded, never ended)."""
-    (name, trace_id, span_id, flags, state, parent_id, parent_remote, kind, start, end) = flat[:10]
-    attributes, events, dropped, links, status_code, status_text = flat[10:]
-    trace_state = TraceState.from_header([state]) if state else TraceState()
-    span = object.__new__(LightSpan)
-    span.name = name
-    span.context = SpanContext(trace_id, span_id, False, TraceFlags(flags), trace_state)
-    span.parent = SpanContext(trace_id, parent_id, parent_remote) if parent_id else None
-    span.kind = SpanKind(kind)
-    span.start_time, span.end_time = start, end
-    span.attributes = attributes
-    span.events = [tuple(e) for e in events]
-    span.dropped_events = dropped
-    span.links = [
-        Link(SpanContext(tid, sid, remote, TraceFlags(lflags)), lattrs)
-        for tid, sid, lflags, remote, lattrs in links
-    ]
-    span.status = Status(StatusCode(status_code), status_text or None)
-    return span
 
 
 def _child(
@@ -89,14 +33,9 @@ def _child(
     """The exporter process: spans from the pipe to the collector, until the pipe closes.
     It runs at the lowest CPU priority: on a busy host the requests come first, and spans
     wait in the pipe (bounded) rather than slow them down."""
-    import os
-
     os.nice(19)
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
-    from service.telemetry.otlp import otlp_span_exporter
-    from service.telemetry.settings import TelemetrySettings
 
     exporter: Any = otlp_span_exporter(
         TelemetrySettings(**settings), Resource(resource), InstrumentationScope(*scope)
@@ -109,7 +48,7 @@ def _child(
                 return
             if not data:
                 return
-            exporter.export_light([rebuild(f) for f in marshal.loads(data)])
+            exporter.export_flat(marshal.loads(data))
     finally:
         exporter.shutdown()
 
