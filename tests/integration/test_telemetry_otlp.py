@@ -27,15 +27,21 @@ class Collected:
         self.spans: list = []
         self.metrics: set[str] = set()
         self.headers: list[dict[str, str]] = []
-        self.service_names: set[str] = set()
+        self.service_of: dict[str, str] = {}  # span name -> its resource's service.name
 
     def traces(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
         for rs in request.resource_spans:
-            for kv in rs.resource.attributes:
-                if kv.key == "service.name":
-                    self.service_names.add(kv.value.string_value)
+            service = next(
+                (
+                    kv.value.string_value
+                    for kv in rs.resource.attributes
+                    if kv.key == "service.name"
+                ),
+                "",
+            )
             for ss in rs.scope_spans:
                 self.spans += list(ss.spans)
+                self.service_of.update((span.name, service) for span in ss.spans)
 
     def metric_names(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
         for rm in request.resource_metrics:
@@ -147,7 +153,10 @@ async def test_the_otlp_exporter_sends_spans_and_metrics(
     assert attributes["a2a.binding"] == "GRPC"
     turn = next(s for s in collected.spans if s.name == "agent turn")
     assert turn.parent_span_id == server.span_id and turn.trace_id == server.trace_id
-    assert collected.service_names == {"otlp-test-service"}
+    # (an agent's spans carry the resource of the first installation in a process: in this
+    # test process that may be another test's)
+    assert collected.service_of["SendMessage"] == "otlp-test-service"
+    assert collected.service_of["agent turn"] == "otlp-test-service"
     assert any(h.get("x-collector-tenant") == "team-a" for h in collected.headers)
     # The exporter process runs at the lowest CPU priority: serving comes first.
     exporter = service.telemetry.pipeline.exporter
