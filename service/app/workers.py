@@ -3,8 +3,9 @@
 Each worker is a child process (`python -m service serve` with the same flags) that
 binds both ports with SO_REUSEPORT, so the kernel spreads new connections over them;
 they behave as one service through the shared store and bus (service.engine.cluster).
-The parent only starts them, passes SIGTERM/SIGINT on (each drains as a single
-server does) and exits with the worst status. Where SO_REUSEPORT is missing, run
+The parent starts them, starts again one that ends on its own (a crash, a kill),
+passes SIGTERM/SIGINT on (each drains as a single server does) and exits with the
+worst status. Where SO_REUSEPORT is missing, run
 the replicas on separate ports behind a load balancer instead (README "Scale-out").
 
 What stays local to a worker: its data directory (DATA_DIR/worker-I: workspaces of
@@ -14,17 +15,23 @@ and on the bus.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from types import FrameType
 
 from service.app.config import ConfigError, Settings
 from service.store import is_shared
 
 WORKER_ENV = "A2A_WORKER_INDEX"  # set in each child: it serves instead of spawning
+RESTART_PAUSE_S = (1.0, 30.0)  # before a worker that ended is started again: first, longest
+RESTART_STEADY_S = 30.0  # a worker that ran this long starts again after the first pause
+
+log = logging.getLogger("service")
 
 
 def check_workers(s: Settings) -> None:
@@ -54,23 +61,68 @@ def check_workers(s: Settings) -> None:
 
 
 def run_workers(s: Settings, argv: list[str]) -> int:
-    """Start the workers and wait for them; returns the worst exit status."""
-    children: list[subprocess.Popen[bytes]] = []
-    for index in range(s.workers):
+    """Start the workers and keep them running until SIGTERM/SIGINT; returns the worst exit
+    status of their last run. A worker that ends on its own is started again after a pause
+    (RESTART_PAUSE_S, doubled while it keeps ending within RESTART_STEADY_S of its start),
+    except one that could not start (exit status 2: a setting or a port, which a restart
+    does not mend)."""
+    children: dict[int, subprocess.Popen[bytes]] = {}  # worker index -> its live process
+    started: dict[int, float] = {}
+    pause: dict[int, float] = {}
+    due: dict[int, float] = {}  # worker index -> when it is started again
+    stopping = False
+
+    def spawn(index: int) -> None:
         env = {**os.environ, WORKER_ENV: str(index)}
-        children.append(subprocess.Popen([sys.executable, "-m", "service", *argv], env=env))
+        child = subprocess.Popen([sys.executable, "-m", "service", *argv], env=env)
+        children[index] = child
+        started[index] = time.monotonic()
+        if stopping:  # the signal came while it was being started: it stops as well
+            child.send_signal(signal.SIGTERM)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
+        nonlocal stopping
+        stopping = True
+        due.clear()
+        for child in children.values():
+            child.send_signal(signum)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    for index in range(s.workers):
+        spawn(index)
     worst = 0
-    for child in children:
-        code = child.wait()
-        worst = max(worst, code if code >= 0 else 128 - code)
+    while children or due:
+        now = time.monotonic()
+        for index, when in list(due.items()):
+            if now >= when and not stopping:
+                due.pop(index, None)
+                spawn(index)
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = 0, 0
+        if pid == 0:
+            time.sleep(0.1)
+            continue
+        ended = next((i for i, c in children.items() if c.pid == pid), None)
+        if ended is None:
+            continue
+        child = children.pop(ended)
+        code = child.returncode = os.waitstatus_to_exitcode(status)
+        if stopping:
+            worst = max(worst, code if code >= 0 else 128 - code)
+            continue
+        how = f"exit status {code}" if code >= 0 else f"signal {-code}"
+        if code == 2:
+            log.error("worker %d could not start (%s); it is not restarted", ended, how)
+            worst = max(worst, 2)
+            continue
+        steady = time.monotonic() - started[ended] >= RESTART_STEADY_S
+        wait = RESTART_PAUSE_S[0] if steady else pause.get(ended, RESTART_PAUSE_S[0])
+        pause[ended] = min(wait * 2, RESTART_PAUSE_S[1])
+        due[ended] = time.monotonic() + wait
+        log.error("worker %d ended (%s); starting it again in %g s", ended, how, wait)
     return worst
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pathlib
+import signal
 import uuid
 import weakref
 
@@ -463,6 +466,49 @@ async def test_two_workers_share_the_ports_and_behave_as_one(cluster):
     async with httpx.AsyncClient(base_url=workers.base, timeout=30) as http:
         listed = (await http.get("/tasks", headers=V1, params={"pageSize": 100})).json()
     assert listed["totalSize"] == 20
+    assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of `pid` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+async def test_a_worker_that_dies_is_started_again(cluster):
+    workers = await cluster.start("--workers", "2")
+
+    def ready_lines() -> int:
+        return sum(line.startswith("A2A service ready") for line in workers.output)
+
+    async def ready(count: int):
+        async def check() -> bool:
+            return ready_lines() >= count
+
+        await _wait_for(check, f"{count} ready lines", detail=workers.output_so_far)
+
+    await ready(2)
+    assert workers.proc is not None
+    children = _children(workers.proc.pid)
+    assert len(children) == 2, children
+    os.kill(children[0], signal.SIGKILL)
+    await ready(3)  # the parent started it again
+    assert "worker" in workers.output_so_far() and "signal 9" in workers.output_so_far()
+    for i in range(10):  # both workers answer again, on fresh connections
+        async with httpx.AsyncClient(base_url=workers.base, timeout=30) as fresh:
+            r = await fresh.post("/message:send", json=_message(f"echo {i}"), headers=V1)
+        assert r.status_code == 200, r.text
+    after = _children(workers.proc.pid)
+    assert len(after) == 2 and children[0] not in after, after
     assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
 
 
