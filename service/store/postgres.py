@@ -379,7 +379,7 @@ class PostgresTaskStore:
             if not batch:
                 return
             del self._pending[: len(batch)]
-            self._pacer.on_commit(loop.time(), len(batch))
+            self._pacer.on_commit(loop.time(), len(batch))  # slots count from a commit's start
             self._busy_keys |= keys
             task = loop.create_task(self._commit_and_settle(batch, keys))
             self._writing.add(task)

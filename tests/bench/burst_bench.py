@@ -92,13 +92,12 @@ async def probe(
         token = TOKENS["probe"] if name == "tasks" else None
         request = get_request(port, path, token)
         conn = await Connection.open(port)
-        start = time.perf_counter()
-        deadline = start + seconds
+        due = time.perf_counter()
+        deadline = due + seconds
         try:
-            for k in range(int(seconds / PROBE_EVERY_S)):
-                due = start + k * PROBE_EVERY_S
-                if due > time.perf_counter():
-                    await asyncio.sleep(due - time.perf_counter())
+            while due < deadline:  # on a fixed cadence, whatever each answer took
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                due += PROBE_EVERY_S
                 t0 = time.perf_counter()
                 if t0 >= deadline:
                     break
