@@ -88,11 +88,11 @@ class InProcessInvoker:
         self, tel: hub.Telemetry, name: str, request: Message, call: CallContext
     ) -> Any:
         span = tel.servicer_span(name)
-        tokens = tel.enter(span)
+        token = hub.enter(span)
         try:
             return await self._handlers[name](request, call)
         finally:
-            tel.leave(tokens)
+            hub.leave(token)
             span.end()
 
     async def close(self) -> None:

@@ -52,7 +52,7 @@ class TelemetryMiddleware:
             if rec.outcome == names.OK and status >= 400:
                 reason = "UNAUTHENTICATED" if status == 401 else f"HTTP_{status}"
                 rec.failed(reason, "INTERNAL" if status >= 500 else "")
-            rec.end(
+            rec.end_request(
                 self.tel.http_duration,
                 (
                     (names.HTTP_METHOD, scope["method"]),

@@ -384,17 +384,17 @@ class Engine:
         turn = tel.turn(run.task_id, run.context_id, ctx.caller.principal)
         run.trace = turn
         tel.tasks_active += 1
-        tokens = tel.enter(turn.span, otel=True)  # the agent's own spans nest under the turn
+        token = hub.enter(turn)  # the agent's own spans nest under the turn
         try:
             await self._drive(run, ctx)
         finally:
-            tel.leave(tokens)
+            hub.leave(token)
             tel.tasks_active -= 1
             if run.trace is turn:
                 run.trace = None
             if run.task is not None:
-                turn.span.set_attribute(names.STATE, state_name(run.state))
-            turn.span.end()
+                turn.attributes[names.STATE] = state_name(run.state)
+            turn.end()
 
     async def _drive(self, run: TaskRun, ctx: TurnContext) -> None:
         try:

@@ -96,7 +96,7 @@ class TaskRun:
         self.stop_reason: str | None = None
         self.watch_handle: asyncio.TimerHandle | None = None
         self._on_pause = on_pause
-        self.trace: hub.TurnTrace | None = None  # the running turn's span (telemetry on)
+        self.trace: hub.Turn | None = None  # the running turn's span (telemetry on)
         # Several processes (service.engine.peers): `claim` records this process as the
         # task's owner; a new task's turn makes it at its first commit, if its agent still
         # runs then (a turn over by then needs no owner: nobody saw it working). `owned`:

@@ -22,6 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from service.telemetry.spans import LightSpan
 
@@ -42,14 +43,14 @@ def readable(span: LightSpan, resource: Resource, scope: InstrumentationScope) -
     """A LightSpan as the SDK's ReadableSpan (for exporters that only know those)."""
     return ReadableSpan(
         name=span.name,
-        context=span.context,
+        context=span.get_span_context(),
         parent=span.parent,
         resource=resource,
         attributes=span.attributes,
         events=[Event(name, attrs, ts) for name, ts, attrs in span.events],
         links=span.links,
-        kind=span.kind,
-        status=span.status,
+        kind=SpanKind(span.kind),
+        status=Status(StatusCode(span.status_code), span.status_text or None),
         start_time=span.start_time,
         end_time=span.end_time,
         instrumentation_scope=scope,

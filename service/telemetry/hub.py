@@ -12,27 +12,44 @@ refuses calls (limits, authentication): one call, a no-op when telemetry is off.
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
+from time import perf_counter, time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.trace import Link, SpanContext, SpanKind, StatusCode
 from opentelemetry.trace.propagation import get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from service.telemetry import names
-from service.telemetry.spans import LightTracer
+from service.telemetry.spans import (
+    EMPTY_STATE,
+    INTERNAL,
+    MAX_EVENTS,
+    SAMPLED,
+    SERVER,
+    LightSpan,
+    LightTracer,
+    _bits,
+)
 
 _W3C = TraceContextTextMapPropagator()
-# The service's current span: set by server calls, servicer calls and turns (which also make
-# it OpenTelemetry's current span, for an agent's own spans and for log lines that read the
-# ids with the API). Read first, as it is cheaper than OpenTelemetry's context.
-CURRENT: ContextVar[trace.Span | None] = ContextVar("a2a_span", default=None)
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
+# The current span is OpenTelemetry's (the service's calls and turns, an agent's own spans),
+# and the service sets it directly: `otel_context.attach(set_span_in_context())` makes ten
+# Python calls for what is one dict and one ContextVar.set, twice per request. Only with
+# the API's own contextvars runtime (the default); another one goes through the API.
+_SPAN_KEY = next(iter(set_span_in_context(trace.INVALID_SPAN, Context())))
+_runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+_OTEL_CURRENT: ContextVar[Context] | None = (
+    _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
+)
+Token = object  # what `enter` returns and `leave` takes
 
 SERVER_FAULTS = frozenset({"INTERNAL", "UNKNOWN", "UNAVAILABLE", "DATA_LOSS", "DEADLINE_EXCEEDED"})
 Key = tuple[tuple[str, Any], ...]  # attributes as a hashable key
@@ -122,9 +139,11 @@ def remote_parent(carrier: Mapping[str, str]) -> SpanContext | None:
 
 
 def current_span() -> trace.Span:
-    """The service's current span, else OpenTelemetry's (an agent's own span)."""
-    span = CURRENT.get()
-    return span if span is not None else get_current_span()
+    """The current span: a call's or a turn's of the service, or an agent's own."""
+    var = _OTEL_CURRENT
+    context = var.get() if var is not None else otel_context.get_current()
+    span = context.get(_SPAN_KEY)
+    return span if span is not None else trace.INVALID_SPAN  # type: ignore[return-value]
 
 
 def traceparent(span_context: SpanContext | None = None) -> str:
@@ -143,70 +162,111 @@ def context_of(traceparent_header: str) -> SpanContext | None:
     return remote_parent({TRACEPARENT: traceparent_header}) if traceparent_header else None
 
 
-class Call:
+def enter(span: trace.Span) -> Token:
+    """Make `span` the current span; `leave` undoes it."""
+    var = _OTEL_CURRENT
+    if var is None:
+        return otel_context.attach(set_span_in_context(span))
+    return var.set(Context({**var.get(), _SPAN_KEY: span}))
+
+
+def leave(token: Token) -> None:
+    var = _OTEL_CURRENT
+    if var is None:
+        otel_context.detach(token)  # type: ignore[arg-type]
+        return
+    try:
+        var.reset(token)  # type: ignore[arg-type]
+    except ValueError:  # left in another context than it was entered in (as detach allows)
+        pass
+
+
+class Call(LightSpan):
     """One server call being observed: its span (current while the handler runs), and
     what the metric gets at the end."""
 
-    __slots__ = (
-        "tel",
-        "span",
-        "method",
-        "binding",
-        "outcome",
-        "code",
-        "start",
-        "_token",
-        "_stream",
-    )
+    __slots__ = ("tel", "method", "binding", "outcome", "code", "started", "_token", "_stream")
 
     def __init__(
-        self, tel: Telemetry, span: trace.Span, method: str, binding: str, attach: bool
+        self,
+        tel: Telemetry,
+        method: str,
+        binding: str,
+        parent: SpanContext | None,
+        attach: bool,
     ) -> None:
+        tracer = tel.tracer
+        if parent is not None or tracer is None or not tracer.sample_all:
+            LightSpan.__init__(
+                self, tracer, method, SERVER, parent, {names.METHOD: method, names.BINDING: binding}
+            )
+        else:  # the common case, a new trace that is sampled: LightSpan.__init__ inlined
+            self.name = method
+            self.kind = SERVER
+            self.attributes = {names.METHOD: method, names.BINDING: binding}
+            self.events = []
+            self.links = ()
+            self.status_code = self.dropped_events = self.end_time = self.parent_id = 0
+            self.status_text = ""
+            self._context = None
+            self.parent_remote = False
+            self.trace_id = _bits(128) or 1
+            self.span_id = _bits(64) or 1
+            self.flags = SAMPLED
+            self.trace_state = EMPTY_STATE
+            self.recording = True
+            self._sink = tracer.sink
+            self.start_time = time_ns()
         self.tel = tel
-        self.span = span
         self.method = method
         self.binding = binding
         self.outcome = names.OK
         self.code = "OK"
-        self.start = time.perf_counter()
+        self.started = perf_counter()
         self._stream = False
-        # Current for the service and for OpenTelemetry's API (an access log reads the ids
-        # with `trace.get_current_span()`), until `detach`.
-        self._token = Telemetry.enter(span, otel=True) if attach else None
+        # Current until `detach` (`enter`, inlined for its common case)
+        var = _OTEL_CURRENT
+        self._token: Token | None = None
+        if not attach:
+            pass
+        elif var is not None:
+            self._token = var.set(Context({**var.get(), _SPAN_KEY: self}))
+        else:
+            self._token = enter(self)
 
     def rename(self, method: str, binding: str) -> None:
         """The A2A method became known (JSON-RPC: after the body was read)."""
-        self.method, self.binding = method, binding
-        self.span.update_name(method)
-        self.span.set_attributes({names.METHOD: method, names.BINDING: binding})
+        self.method = self.name = method
+        self.binding = binding
+        self.attributes[names.METHOD] = method
+        self.attributes[names.BINDING] = binding
 
     def principal(self, principal: str) -> None:
         if principal:
-            self.span.set_attribute(names.PRINCIPAL, principal)
+            self.attributes[names.PRINCIPAL] = principal
 
     def task(self, task_id: str, context_id: str, state: str = "") -> None:
-        span = self.span
+        attributes = self.attributes
         if task_id:
-            span.set_attribute(names.TASK_ID, task_id)
+            attributes[names.TASK_ID] = task_id
         if context_id:
-            span.set_attribute(names.CONTEXT_ID, context_id)
+            attributes[names.CONTEXT_ID] = context_id
         if state:
-            span.set_attribute(names.STATE, state)
+            attributes[names.STATE] = state
 
     def failed(self, reason: str, code: str) -> None:
         """The call ended with an A2A error (`reason`, e.g. TASK_NOT_FOUND; `code`: its
         gRPC status name)."""
         self.outcome = reason
         self.code = code
-        self.span.set_attribute(names.OUTCOME, reason)
-        self.span.set_attribute(names.ERROR_TYPE, reason)
+        self.attributes[names.ERROR_TYPE] = reason
         if code in SERVER_FAULTS:  # the caller's mistakes are not the server's errors
-            self.span.set_status(Status(StatusCode.ERROR, reason))
+            self.set_status(StatusCode.ERROR, reason)
 
     def detach(self) -> None:
         """Stop being the current span (before a stream's events are sent)."""
         if self._token is not None:
-            Telemetry.leave(self._token)
+            leave(self._token)
             self._token = None
 
     def stream_opened(self) -> None:
@@ -220,44 +280,57 @@ class Call:
 
     def end_rpc(self, service: str) -> None:
         """End a gRPC call: its span, and `rpc.server.call.duration`."""
-        self.end(
-            self.tel.rpc_duration,
+        tel = self.tel
+        labels = (service, self.method, self.binding, self.code, self.outcome)
+        key = tel.rpc_keys.get(labels)
+        if key is None:
+            key = tel.rpc_key(*labels)
+        self._finish(tel.rpc_duration, key)
+
+    def end_request(self, histogram: Hist, attributes: Key) -> None:
+        """End an HTTP request: its span, and one record in `histogram` with `attributes`
+        and the A2A ones."""
+        self._finish(
+            histogram,
             (
-                (names.RPC_SYSTEM, "grpc"),
-                (names.RPC_METHOD, f"{service}/{self.method}"),
-                (names.RPC_STATUS, self.code),
+                *attributes,
+                (names.METHOD, self.method),
+                (names.BINDING, self.binding),
+                (names.OUTCOME, self.outcome),
             ),
         )
 
-    def end(self, histogram: Hist, attributes: Key) -> None:
-        """End the call: its span, and one record in `histogram` with `attributes` and the
-        A2A ones."""
-        seconds = time.perf_counter() - self.start
+    def _finish(self, histogram: Hist, key: Key) -> None:
+        seconds = perf_counter() - self.started
         if self._stream:
             self._stream = False
             self.tel.stream_opened(self.binding, -1)
-        self.detach()
-        self.span.set_attribute(names.OUTCOME, self.outcome)
-        self.span.end()
-        key = (
-            *attributes,
-            (names.METHOD, self.method),
-            (names.BINDING, self.binding),
-            (names.OUTCOME, self.outcome),
-        )
+        if self._token is not None:
+            leave(self._token)
+            self._token = None
+        if not self.end_time:  # `end`, inlined
+            self.end_time = time_ns()
+            if self.recording:
+                self.attributes[names.OUTCOME] = self.outcome
+                self.recording = False
+                self._sink.finished(self)  # type: ignore[union-attr]  # recording: it has one
         histogram.record(seconds, key)
 
 
-class TurnTrace:
-    """The span of one agent turn, and the task's events on it (bounded, see spans.py)."""
+class Turn(LightSpan):
+    """The span of one agent turn, and the task's events on it (at most MAX_EVENTS; past
+    them they are counted as dropped, as LightSpan.add_event does)."""
 
-    __slots__ = ("span",)
-
-    def __init__(self, span: trace.Span) -> None:
-        self.span = span
+    __slots__ = ()
 
     def status(self, state: str, seq: int) -> None:
-        self.span.add_event(names.EVENT_STATUS, {names.STATE: state, names.SEQ: seq})
+        if self.recording:
+            if len(self.events) < MAX_EVENTS:
+                self.events.append(
+                    (names.EVENT_STATUS, time_ns(), {names.STATE: state, names.SEQ: seq})
+                )
+            else:
+                self.dropped_events += 1
 
     def committed(self, events: int, seconds: float, failed: bool = False) -> None:
         """The turn's events up to now are durable in the store (a span event, not a span of
@@ -265,13 +338,24 @@ class TurnTrace:
         attributes: dict[str, Any] = {names.EVENTS: events, names.COMMIT_MS: seconds * 1000}
         if failed:
             attributes[names.ERROR_TYPE] = "commit failed"
-        self.span.add_event(names.EVENT_COMMIT, attributes)
+        self.add_event(names.EVENT_COMMIT, attributes)
 
     def artifact(self, artifact_id: str, last_chunk: bool, seq: int) -> None:
-        self.span.add_event(
-            names.EVENT_ARTIFACT,
-            {names.ARTIFACT_ID: artifact_id, names.LAST_CHUNK: last_chunk, names.SEQ: seq},
-        )
+        if self.recording:
+            if len(self.events) < MAX_EVENTS:
+                self.events.append(
+                    (
+                        names.EVENT_ARTIFACT,
+                        time_ns(),
+                        {
+                            names.ARTIFACT_ID: artifact_id,
+                            names.LAST_CHUNK: last_chunk,
+                            names.SEQ: seq,
+                        },
+                    )
+                )
+            else:
+                self.dropped_events += 1
 
 
 class Telemetry:
@@ -297,6 +381,7 @@ class Telemetry:
         self.push_deliveries = Counts()
         self.auth_failures = Counts()
         self.refused = Counts()
+        self.rpc_keys: dict[tuple[str, ...], Key] = {}  # see rpc_key
 
     # ---- spans ------------------------------------------------------------------------
 
@@ -311,23 +396,22 @@ class Telemetry:
         """A span (child of `parent`, default the current span); not made current."""
         if self.tracer is None:
             return trace.INVALID_SPAN
-        if parent is None:
-            parent = current_span().get_span_context()
-        return self.tracer.start(name, kind, parent, attributes or {}, links)
+        return LightSpan(
+            self.tracer,
+            name,
+            kind.value,
+            current_span() if parent is None else parent,
+            attributes or {},
+            links,
+        )
 
     def server_call(
         self, method: str, binding: str, carrier: Mapping[str, str] | None, attach: bool = True
     ) -> Call:
         """The server span of one call (made current unless `attach` is False), continuing
         the caller's trace when `carrier` holds a W3C traceparent."""
-        parent = remote_parent(carrier) if carrier else None
-        span = self.span(
-            method,
-            SpanKind.SERVER,
-            {names.METHOD: method, names.BINDING: binding},
-            parent or trace.INVALID_SPAN_CONTEXT,
-        )
-        return Call(self, span, method, binding, attach)
+        parent = remote_parent(carrier) if carrier and TRACEPARENT in carrier else None
+        return Call(self, method, binding, parent, attach)
 
     def servicer_span(self, method: str) -> trace.Span:
         """The in-process servicer call under a gateway request."""
@@ -335,23 +419,12 @@ class Telemetry:
             names.SERVICER_SPAN.format(method=method), attributes={names.METHOD: method}
         )
 
-    @staticmethod
-    def enter(span: trace.Span, otel: bool = False) -> tuple[Token[trace.Span | None], object]:
-        """Make `span` current (also for OpenTelemetry's API with `otel`); `leave` undoes it."""
-        return CURRENT.set(span), otel_context.attach(set_span_in_context(span)) if otel else None
-
-    @staticmethod
-    def leave(tokens: tuple[Token[trace.Span | None], object]) -> None:
-        mine, otel = tokens
-        if otel is not None:
-            otel_context.detach(otel)  # type: ignore[arg-type]
-        CURRENT.reset(mine)
-
-    def turn(self, task_id: str, context_id: str, principal: str) -> TurnTrace:
+    def turn(self, task_id: str, context_id: str, principal: str) -> Turn:
+        """The span of an agent turn, a child of the current span (the call that started it)."""
         attributes = {names.TASK_ID: task_id, names.CONTEXT_ID: context_id}
         if principal:
             attributes[names.PRINCIPAL] = principal
-        return TurnTrace(self.span(names.TURN_SPAN, attributes=attributes))
+        return Turn(self.tracer, names.TURN_SPAN, INTERNAL, current_span(), attributes)
 
     def push_span(
         self, parent_traceparent: str, task_id: str, seq: int, attempt: int
@@ -381,6 +454,19 @@ class Telemetry:
     def committed(self, seconds: float, writes: int) -> None:
         self.commit_duration.record(seconds)
         self.commit_batch.record(writes)
+
+    def rpc_key(self, service: str, method: str, binding: str, code: str, outcome: str) -> Key:
+        """The attributes of one `rpc.server.call.duration` record, made once per
+        combination (a handful of methods, codes and outcomes) and kept."""
+        key = self.rpc_keys[(service, method, binding, code, outcome)] = (
+            (names.RPC_SYSTEM, "grpc"),
+            (names.RPC_METHOD, f"{service}/{method}"),
+            (names.RPC_STATUS, code),
+            (names.METHOD, method),
+            (names.BINDING, binding),
+            (names.OUTCOME, outcome),
+        )
+        return key
 
     def push_outcome(self, outcome: str) -> None:
         self.push_deliveries.add(((names.PUSH_OUTCOME, outcome),))

@@ -35,7 +35,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from service.telemetry.settings import TelemetrySettings, headers
-from service.telemetry.spans import LightSpan
+from service.telemetry.spans import EMPTY_STATE, LightSpan
 
 log = logging.getLogger("service.telemetry")
 
@@ -50,19 +50,19 @@ Flat = tuple[Any, ...]  # a span as plain values: see flatten
 
 
 def flatten(s: LightSpan) -> Flat:
-    """A span as plain values (ints, strings, tuples, lists, dicts): what `marshal` can
-    carry to the exporter process and SpanEncoder writes from."""
-    ctx = s.context
-    parent = s.parent
+    """An ended, recorded span as plain values (ints, strings, tuples, lists, dicts): what
+    `marshal` can carry to the exporter process and SpanEncoder writes from. Its flags are
+    1: only sampled spans are exported."""
+    state = s.trace_state
     return (
         s.name,
-        ctx.trace_id,
-        ctx.span_id,
-        int(ctx.trace_flags),
-        ctx.trace_state.to_header() if ctx.trace_state else "",
-        parent.span_id if parent is not None else 0,
-        bool(parent is not None and parent.is_remote),
-        s.kind.value,
+        s.trace_id,
+        s.span_id,
+        1,
+        "" if state is EMPTY_STATE else state.to_header(),
+        s.parent_id,
+        s.parent_remote,
+        s.kind,
         s.start_time,
         s.end_time,
         s.attributes,
@@ -77,9 +77,11 @@ def flatten(s: LightSpan) -> Flat:
                 dict(link.attributes or {}),
             )
             for link in s.links
-        ],
-        s.status.status_code.value,
-        s.status.description or "",
+        ]
+        if s.links
+        else (),
+        s.status_code,
+        s.status_text,
     )
 
 

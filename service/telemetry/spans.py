@@ -3,13 +3,15 @@
 The SDK's `Tracer.start_span` costs tens of microseconds (attribute cleaning, locks,
 processor hooks), several per request. Spans made here are plain objects that
 implement the API's `Span` (so they can be the current span, and an agent's own SDK
-spans nest under them), keep their attributes in a dict as given (every value the
-service sets is a str, int, float or bool) and, when they end, go to a `SpanSink`
-that exports them in batches off the event loop (see export.py).
+spans nest under them). They keep their ids as ints and their attributes in a dict as
+given (every value the service sets is a str, int, float or bool), and when they end go
+to a `SpanSink` that exports them in batches off the event loop (see export.py). A
+server call and an agent turn (hub.py) are LightSpans themselves: one object each.
 
 Sampling follows the parent's sampled flag; a root is sampled by the configured SDK
-sampler (`OTEL_TRACES_SAMPLER`, default always on). An unsampled span is the API's
-`NonRecordingSpan`: it still carries the ids, so propagation keeps working.
+sampler (`OTEL_TRACES_SAMPLER`, default always on). An unsampled span still carries its
+ids, so propagation keeps working, but it records nothing and never reaches the sink.
+Without a tracer (metrics only) a span has no ids at all: its context is invalid.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import (
     Link,
-    NonRecordingSpan,
     SpanContext,
     SpanKind,
     Status,
@@ -35,15 +36,14 @@ from opentelemetry.util import types
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 MAX_EVENTS = 32  # per span; more are counted in `dropped_events`, not kept
-_EMPTY_STATE = TraceState()
-UNSET = Status(StatusCode.UNSET)  # immutable: shared by every span until one sets its own
-_new_context = tuple.__new__  # SpanContext is a tuple; its constructor re-checks our own ids
-
-
-def _context(trace_id: int, span_id: int, flags: TraceFlags, state: TraceState) -> SpanContext:
-    """A valid, local SpanContext, without SpanContext.__new__'s range checks (the ids come
-    from getrandbits and are never 0)."""
-    return _new_context(SpanContext, (trace_id, span_id, False, flags, state, True))
+EMPTY_STATE = TraceState()
+SERVER, CLIENT, INTERNAL = SpanKind.SERVER.value, SpanKind.CLIENT.value, SpanKind.INTERNAL.value
+# A SpanContext is the tuple (trace_id, span_id, is_remote, flags, state, is_valid); its
+# properties are Python calls, so the hot path reads it by index, and makes one for a span
+# of ours as that tuple (SpanContext.__new__ re-checks ids that come from getrandbits).
+_new_context = tuple.__new__
+_bits = random.getrandbits  # ids: 128 and 64 random bits, as the SDK's default generator
+_time_ns = time.time_ns
 
 
 class SpanSink(Protocol):
@@ -58,64 +58,145 @@ def always(trace_id: int, name: str) -> bool:
     return True
 
 
+class LightTracer:
+    """What the spans of one installation share: where they go when they end, and how a
+    new trace is sampled."""
+
+    def __init__(self, sink: SpanSink, sampler: RootSampler = always) -> None:
+        self.sink = sink
+        self.sampler = sampler
+        self.sample_all = sampler is always  # then a root needs no call to know
+
+    def start(
+        self,
+        name: str,
+        kind: SpanKind,
+        parent: SpanContext | trace.Span | None,
+        attributes: dict[str, Any],
+        links: Sequence[Link] = (),
+    ) -> LightSpan:
+        """A new span, child of `parent` (None or invalid: a root)."""
+        return LightSpan(self, name, kind.value, parent, attributes, links)
+
+
 class LightSpan(trace.Span):
-    """A recording span of this service (ended once, exported by its sink)."""
+    """A span of this service (ended once; exported by its tracer's sink if it records)."""
 
     __slots__ = (
         "name",
-        "context",
-        "parent",
+        "trace_id",
+        "span_id",
+        "flags",
+        "trace_state",
+        "parent_id",
+        "parent_remote",
         "kind",
         "start_time",
         "end_time",
         "attributes",
         "events",
         "links",
-        "status",
+        "status_code",
+        "status_text",
         "dropped_events",
+        "recording",
         "_sink",
+        "_context",
     )
 
     def __init__(
         self,
+        tracer: LightTracer | None,
         name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        kind: SpanKind,
+        kind: int,
+        parent: SpanContext | trace.Span | None,
         attributes: dict[str, Any],
-        links: Sequence[Link],
-        sink: SpanSink,
+        links: Sequence[Link] = (),
     ) -> None:
         self.name = name
-        self.context = context
-        self.parent = parent
         self.kind = kind
-        self.start_time = time.time_ns()
-        self.end_time = 0
         self.attributes = attributes
         self.events: list[tuple[str, int, Mapping[str, Any]]] = []
         self.links = links
-        self.status = UNSET
+        self.status_code = 0  # StatusCode.UNSET
+        self.status_text = ""
         self.dropped_events = 0
-        self._sink = sink
+        self.end_time = 0
+        self._context: SpanContext | None = None
+        self.parent_id = 0
+        self.parent_remote = False
+        if tracer is None:  # metrics only: no trace at all
+            self.trace_id = self.span_id = 0
+            self.flags = NOT_SAMPLED
+            self.trace_state = EMPTY_STATE
+            self.recording = False
+            self._sink: SpanSink | None = None
+            self.start_time = 0
+            return
+        if isinstance(parent, LightSpan):
+            if parent.trace_id:
+                self.trace_id = parent.trace_id
+                self.flags = parent.flags
+                self.trace_state = parent.trace_state
+                self.parent_id = parent.span_id
+            else:
+                parent = None
+        elif parent is not None:
+            if not isinstance(parent, tuple):  # another API span (an agent's own)
+                parent = parent.get_span_context()
+            if parent[5]:
+                self.trace_id = parent[0]
+                self.flags = SAMPLED if parent[3] & 1 else NOT_SAMPLED
+                self.trace_state = parent[4]
+                self.parent_id = parent[1]
+                self.parent_remote = parent[2]
+            else:
+                parent = None
+        if parent is None:
+            self.trace_id = trace_id = _bits(128) or 1
+            self.flags = (
+                SAMPLED if tracer.sample_all or tracer.sampler(trace_id, name) else NOT_SAMPLED
+            )
+            self.trace_state = EMPTY_STATE
+        self.span_id = _bits(64) or 1
+        self.recording = self.flags is SAMPLED
+        self._sink = tracer.sink
+        self.start_time = _time_ns()
 
     # ---- the API --------------------------------------------------------------
 
     def end(self, end_time: int | None = None) -> None:
         if self.end_time:
             return
-        self.end_time = end_time or time.time_ns()
-        self._sink.finished(self)
+        self.end_time = end_time or _time_ns()
+        if self.recording:
+            self.recording = False
+            self._sink.finished(self)  # type: ignore[union-attr]  # recording: it has one
 
     def get_span_context(self) -> SpanContext:
-        return self.context
+        context = self._context
+        if context is None:
+            if not self.trace_id:
+                return trace.INVALID_SPAN_CONTEXT
+            context = self._context = _new_context(
+                SpanContext,
+                (self.trace_id, self.span_id, False, self.flags, self.trace_state, True),
+            )
+        return context
+
+    @property
+    def parent(self) -> SpanContext | None:
+        """The parent's context as the SDK's ReadableSpan has it (ids and remoteness)."""
+        if not self.parent_id:
+            return None
+        return SpanContext(self.trace_id, self.parent_id, self.parent_remote, self.flags)
 
     def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:
-        if not self.end_time:
+        if self.recording:
             self.attributes.update(attributes)
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
-        if not self.end_time:
+        if self.recording:
             self.attributes[key] = value
 
     def add_event(
@@ -124,26 +205,27 @@ class LightSpan(trace.Span):
         attributes: types.Attributes = None,
         timestamp: int | None = None,
     ) -> None:
-        if self.end_time:
+        if not self.recording:
             return
         if len(self.events) >= MAX_EVENTS:
             self.dropped_events += 1
             return
-        self.events.append((name, timestamp or time.time_ns(), attributes or {}))
+        self.events.append((name, timestamp or _time_ns(), dict(attributes or {})))
 
     def update_name(self, name: str) -> None:
-        if not self.end_time:
+        if self.recording:
             self.name = name
 
     def is_recording(self) -> bool:
-        return not self.end_time
+        return self.recording
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self.end_time:
+        if not self.recording:
             return
         if isinstance(status, StatusCode):
             status = Status(status, description)
-        self.status = status
+        self.status_code = status.status_code.value
+        self.status_text = status.description or ""
 
     def record_exception(
         self,
@@ -158,38 +240,4 @@ class LightSpan(trace.Span):
         )
 
     def __repr__(self) -> str:
-        return f"LightSpan({self.name!r}, {self.context.span_id:016x})"
-
-
-class LightTracer:
-    """Starts LightSpans; `sink` receives them when they end."""
-
-    def __init__(self, sink: SpanSink, sampler: RootSampler = always) -> None:
-        self.sink = sink
-        self.sampler = sampler
-        self._bits = random.getrandbits
-
-    def start(
-        self,
-        name: str,
-        kind: SpanKind,
-        parent: SpanContext | None,
-        attributes: dict[str, Any],
-        links: Sequence[Link] = (),
-    ) -> trace.Span:
-        """A new span, child of `parent` (None or invalid: a root)."""
-        if parent is not None and parent.is_valid:
-            trace_id = parent.trace_id
-            sampled = parent.trace_flags.sampled
-            state = parent.trace_state
-        else:
-            parent = None
-            trace_id = self._bits(128) or 1
-            sampled = self.sampler(trace_id, name)
-            state = _EMPTY_STATE
-        context = _context(
-            trace_id, self._bits(64) or 1, SAMPLED if sampled else NOT_SAMPLED, state
-        )
-        if not sampled:
-            return NonRecordingSpan(context)
-        return LightSpan(name, context, parent, kind, attributes, links, self.sink)
+        return f"{type(self).__name__}({self.name!r}, {self.span_id:016x})"
