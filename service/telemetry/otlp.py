@@ -126,25 +126,31 @@ class SpanEncoder:
         self._scope = _field(
             0x0A, PbScope(name=scope.name, version=scope.version or "").SerializeToString()
         )
-        self._kv: dict[tuple[str, Any], bytes] = {}
+        # Encoded attributes by (key, value), one cache per field they are written in (a
+        # span's, an event's, a link's), and only for str values: True == 1 == 1.0 as keys.
+        self._kv: dict[int, dict[tuple[str, Any], bytes]] = {0x4A: {}, 0x1A: {}, 0x22: {}}
         self._names: dict[tuple[int, str], bytes] = {}
         self._events: dict[tuple[Any, ...], bytes] = {}
 
     def _attribute(self, tag: int, key: str, value: Any) -> bytes:
-        try:
-            return self._kv[(key, value)]
-        except KeyError:
-            pass
-        except TypeError:  # an unhashable value (a list)
-            return _field(tag, _field(0x0A, key.encode()) + _field(0x12, _any_value(value)))
         encoded = _field(tag, _field(0x0A, key.encode()) + _field(0x12, _any_value(value)))
-        if len(self._kv) >= _CACHE_MAX:
-            self._kv.clear()
-        self._kv[(key, value)] = encoded
+        if type(value) is str:
+            cache = self._kv[tag]
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            cache[(key, value)] = encoded
         return encoded
 
     def _attributes(self, tag: int, attributes: Mapping[str, Any]) -> list[bytes]:
-        return [self._attribute(tag, k, v) for k, v in attributes.items()]
+        cache = self._kv[tag]
+        out = []
+        for item in attributes.items():
+            try:
+                encoded = cache.get(item)
+            except TypeError:  # an unhashable value (a list)
+                encoded = None
+            out.append(encoded if encoded is not None else self._attribute(tag, *item))
+        return out
 
     def _name(self, tag: int, name: str) -> bytes:
         key = (tag, name)
@@ -153,12 +159,30 @@ class SpanEncoder:
             encoded = self._names[key] = _field(tag, name.encode("utf-8", "replace"))
         return encoded
 
+    def _event(self, name: str, attributes: Mapping[str, Any]) -> bytes:
+        """An event's name and attributes, encoded (its time is written apart)."""
+        return self._name(0x12, name) + b"".join(self._attributes(0x1A, attributes))
+
     def span(self, flat: Flat) -> bytes:
         """One span (as `flatten` made it) in the wire format of an OTLP `Span`."""
-        (name, trace_id, span_id, flags, state, parent_id, parent_remote, kind, start, end) = flat[
-            :10
-        ]
-        attributes, span_events, dropped, links, status_code, status_text = flat[10:]
+        (
+            name,
+            trace_id,
+            span_id,
+            flags,
+            state,
+            parent_id,
+            parent_remote,
+            kind,
+            start,
+            end,
+            attributes,
+            span_events,
+            dropped,
+            links,
+            status_code,
+            status_text,
+        ) = flat
         parts = [
             b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08" + span_id.to_bytes(8, "big")
         ]
@@ -169,26 +193,24 @@ class SpanEncoder:
         # name, kind (OTLP's kinds are the API's + 1), start and end times
         parts.append(self._name(0x2A, name))
         parts.append(_pack_times(0x30, kind + 1, 0x39, start, 0x41, end))
-        attribute = self._attribute
-        for key, value in attributes.items():
-            parts.append(attribute(0x4A, key, value))
+        parts += self._attributes(0x4A, attributes)
         events = self._events
         for event_name, ts, attrs in span_events:
-            event_key: tuple[Any, ...] = (event_name, *attrs.items())
+            # State changes and chunks repeat: one encoding each, by name, attributes and
+            # their types (True == 1 as a key)
+            event_key = (event_name, *attrs.items(), *map(type, attrs.values()))
             try:
-                body = events[event_key]  # state changes and chunks repeat: one encoding each
-            except KeyError:
-                body = self._name(0x12, event_name) + b"".join(
-                    [attribute(0x1A, k, v) for k, v in attrs.items()]
-                )
+                body = events.get(event_key)
+            except TypeError:  # an unhashable attribute value
+                body = self._event(event_name, attrs)
+            if body is None:
+                body = self._event(event_name, attrs)
                 if len(events) >= _CACHE_MAX:
                     events.clear()
                 events[event_key] = body
-            except TypeError:  # an unhashable attribute value
-                body = self._name(0x12, event_name) + b"".join(
-                    [attribute(0x1A, k, v) for k, v in attrs.items()]
-                )
-            parts.append(_field(0x5A, b"\x09" + _pack_q(ts) + body))
+            n = 9 + len(body)  # the time (a fixed64 and its tag), then the body
+            head = bytes((0x5A, n)) if n < 0x80 else b"\x5a" + _varint(n)
+            parts.append(head + b"\x09" + _pack_q(ts) + body)
         if dropped:
             parts.append(b"\x60" + _varint(dropped))
         for link_trace, link_span, link_flags, link_remote, link_attrs in links:

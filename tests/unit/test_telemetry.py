@@ -50,7 +50,14 @@ def test_the_wire_encoding_equals_the_sdk_encoders():
     )
     child.add_event("a2a.status", {"a2a.task.state": "TASK_STATE_WORKING", "a2a.event.seq": 2})
     child.set_status(StatusCode.ERROR, "boom")
+    # The same key and value as a span attribute and as an event's (written in different
+    # fields), and values equal as Python keys but not on the wire (True, 1, 1.0).
+    child.set_attribute("a2a.task.state", "TASK_STATE_WORKING")
+    child.add_event("flag", {"x": True})
+    child.add_event("flag", {"x": 1})
+    child.add_event("flag", {"x": 1.0})
     child.end()
+    root.set_attribute("b", 1)  # after "b": True above, in another span
     root.end()
     resource = Resource.create({"service.name": "unit"})
     scope = InstrumentationScope("a2a-grpc-service", "1")
