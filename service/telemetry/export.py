@@ -1,21 +1,24 @@
-"""Ended spans -> an SDK span exporter, in batches, on a thread of its own.
+"""Ended spans -> an exporter, in batches, off the event loop.
 
-`SpanPipeline` is the `SpanSink` of the service's LightSpans: `finished` appends to a
-bounded deque (no lock, no wake-up unless a batch is full), and a daemon thread
-exports every `interval` seconds or `batch` spans, like the SDK's BatchSpanProcessor.
-
-Exporters: an `OtlpSpans` exporter (otlp.py) takes the spans as they are and encodes
-them itself; any other SDK `SpanExporter` (console, in-memory in tests) gets them
-converted to the SDK's `ReadableSpan`.
+`SpanPipeline` is the `SpanSink` of the service's LightSpans. With a `RawSpanExporter` (the
+exporter process, remote.py) the loop flattens each ended span to plain values (a tuple
+build) and, when a batch is full, `marshal`s it (C code, ~1 us a span); a daemon thread
+only writes the ready batches to the exporter (a syscall, without the GIL) and, every
+`interval` seconds, packs the partial batch. The thread so takes the GIL about once a
+batch: when it flattened and marshalled the spans itself, its turns under the GIL and the
+handovers cost the loop more than the same work done in place (a SendMessage's server
+CPU with telemetry on: about +95 us against about +65 us, h2load, eleven rounds).
+Any other SDK `SpanExporter` (console, in-memory in tests) gets the spans queued as they
+are and converted to the SDK's `ReadableSpan` on the thread.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import marshal
 import threading
 import time
-from collections.abc import Sequence
 from typing import Protocol
 
 from opentelemetry.sdk.resources import Resource
@@ -24,6 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from service.telemetry.otlp import Flat, flatten
 from service.telemetry.spans import LightSpan
 
 log = logging.getLogger("service.telemetry")
@@ -32,9 +36,9 @@ MAX_QUEUE = 8192  # ended spans waiting for export; past it new ones are dropped
 
 
 class RawSpanExporter(Protocol):
-    """An exporter that takes LightSpans as they are (otlp.py)."""
+    """An exporter that takes batches of spans as `marshal`led flat tuples (remote.py)."""
 
-    def export_light(self, spans: Sequence[LightSpan]) -> bool: ...
+    def send_flat(self, data: bytes, count: int) -> bool: ...
 
     def shutdown(self) -> None: ...
 
@@ -73,7 +77,12 @@ class SpanPipeline:
         self.interval = interval
         self.batch = batch
         self.dropped = 0
-        self._queue: collections.deque[LightSpan] = collections.deque()
+        self._raw = hasattr(exporter, "send_flat")
+        self._queue: collections.deque[LightSpan] = collections.deque()  # SDK exporters
+        # Raw: flat spans not yet packed. A deque: the loop appends while the thread may pack
+        # (each pops its own, so nothing appended meanwhile is lost).
+        self._flats: collections.deque[Flat] = collections.deque()
+        self._ready: collections.deque[tuple[bytes, int]] = collections.deque()
         self._wake = threading.Event()
         self._stop = False
         self._flushed = threading.Condition()
@@ -82,6 +91,13 @@ class SpanPipeline:
         self._thread.start()
 
     def finished(self, span: LightSpan) -> None:
+        if self._raw:
+            flats = self._flats
+            flats.append(flatten(span))
+            if len(flats) >= self.batch:
+                self._pack()
+                self._wake.set()
+            return
         queue = self._queue
         if len(queue) >= MAX_QUEUE:
             self.dropped += 1
@@ -89,6 +105,18 @@ class SpanPipeline:
         queue.append(span)
         if len(queue) == self.batch:
             self._wake.set()
+
+    def _pack(self) -> None:
+        """The batch being filled, marshalled and made ready to send (or dropped and counted
+        when the exporter is that far behind)."""
+        pop = self._flats.popleft
+        flats = [pop() for _ in range(min(len(self._flats), self.batch))]
+        if not flats:
+            return
+        if len(self._ready) * self.batch >= MAX_QUEUE:
+            self.dropped += len(flats)
+            return
+        self._ready.append((marshal.dumps(flats), len(flats)))
 
     def _main(self) -> None:
         while True:
@@ -102,18 +130,25 @@ class SpanPipeline:
                 return
 
     def _drain(self) -> None:
-        queue = self._queue
-        while queue:
-            spans: list[LightSpan] = []
-            while queue and len(spans) < self.batch:
-                spans.append(queue.popleft())
-            try:
-                if hasattr(self.exporter, "export_light"):
-                    self.exporter.export_light(spans)
-                else:
-                    self.exporter.export([readable(s, self.resource, self.scope) for s in spans])
-            except Exception as exc:  # an exporter must never take the service down
-                log.warning("span export failed: %s", type(exc).__name__)
+        try:
+            if self._raw:
+                while self._flats:  # the partial batch: spans wait at most one interval
+                    self._pack()
+                ready = self._ready
+                while ready:
+                    data, count = ready.popleft()
+                    self.exporter.send_flat(data, count)  # type: ignore[union-attr]
+                return
+            queue = self._queue
+            while queue:
+                spans: list[LightSpan] = []
+                while queue and len(spans) < self.batch:
+                    spans.append(queue.popleft())
+                self.exporter.export(  # type: ignore[union-attr]
+                    [readable(s, self.resource, self.scope) for s in spans]
+                )
+        except Exception as exc:  # an exporter must never take the service down
+            log.warning("span export failed: %s", type(exc).__name__)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Export what is queued now; False if that took longer than `timeout`."""

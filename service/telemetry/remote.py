@@ -2,10 +2,10 @@
 
 The service runs its requests on one event-loop thread; an exporter thread in the same
 process takes the GIL from it for as long as it encodes (and the switching costs the loop
-more again). With `telemetry = "otlp"` the span pipeline's thread only flattens each
-batch of ended spans to plain tuples, `marshal`s them (C code) and writes them to a pipe;
-a child process started with the service encodes them from those tuples and exports
-them with otlp.py's exporters, on another core. If the child is gone, spans are dropped
+more again). With `telemetry = "otlp"` the span pipeline (export.py) flattens ended spans
+to plain tuples and `marshal`s them a batch at a time, and its thread writes the batches
+to a pipe; a child process started with the service encodes them from those tuples and
+exports them with otlp.py's exporters, on another core. If the child is gone, spans are dropped
 (counted in a warning), never queued without bound.
 """
 
@@ -16,13 +16,11 @@ import marshal
 import multiprocessing
 import os
 import threading
-from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from service.telemetry.otlp import flatten, otlp_span_exporter
+from service.telemetry.otlp import otlp_span_exporter
 from service.telemetry.settings import TelemetrySettings
-from service.telemetry.spans import LightSpan
 
 log = logging.getLogger("service.telemetry")
 
@@ -71,15 +69,17 @@ class ExporterProcess:
         self._lock = threading.Lock()
         self.dropped = 0
 
-    def export_light(self, spans: Sequence[LightSpan]) -> bool:
+    def send_flat(self, data: bytes, count: int) -> bool:
+        """Hand a marshalled batch of `count` flat spans to the exporter process (from the
+        pipeline's thread: the write may wait for the child, without the GIL)."""
         if not self._process.is_alive():
-            self.dropped += len(spans)
-            if self.dropped == len(spans):
+            self.dropped += count
+            if self.dropped == count:
                 log.warning("telemetry: the span exporter process is gone; spans are dropped")
             return False
         try:
             with self._lock:
-                self._conn.send_bytes(marshal.dumps([flatten(s) for s in spans]))
+                self._conn.send_bytes(data)
         except (OSError, ValueError) as exc:
             log.warning("telemetry: cannot hand spans to the exporter process: %s", exc)
             return False

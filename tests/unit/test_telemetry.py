@@ -16,7 +16,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
 from service.telemetry import hub, names, setup
-from service.telemetry.export import readable
+from service.telemetry.export import SpanPipeline, readable
 from service.telemetry.otlp import SpanEncoder, flatten
 from service.telemetry.settings import TelemetrySettings, validate_telemetry
 from service.telemetry.spans import LightSpan, LightTracer
@@ -180,3 +180,64 @@ def test_a_call_is_the_current_span_for_the_opentelemetry_api_until_it_ends():
         assert trace.get_current_span() is before
     finally:
         installed.shutdown()
+
+
+class _Batches:
+    """A stand-in for the exporter process: keeps what it is handed (or waits, when stuck)."""
+
+    def __init__(self, stuck: bool = False) -> None:
+        import threading
+
+        self.batches: list[list] = []
+        self.release = threading.Event()
+        if not stuck:
+            self.release.set()
+
+    def send_flat(self, data: bytes, count: int) -> bool:
+        self.release.wait(10)
+        spans = marshal.loads(data)
+        assert len(spans) == count
+        self.batches.append(spans)
+        return True
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def _ended_spans(pipeline: SpanPipeline, n: int) -> list[int]:
+    tracer = LightTracer(pipeline)
+    ids = []
+    for _ in range(n):
+        span = tracer.start("SendMessage", SpanKind.SERVER, None, {"a2a.method": "SendMessage"})
+        span.end()
+        ids.append(span.span_id)
+    return ids
+
+
+def test_the_pipeline_hands_every_span_over_in_marshalled_batches():
+    exporter = _Batches()
+    pipeline = SpanPipeline(exporter, Resource.create({}), InstrumentationScope("s"), batch=100)
+    try:
+        ids = _ended_spans(pipeline, 250)  # two full batches packed on the caller, one partial
+        assert pipeline.flush(5)
+        sent = [flat[2] for batch in exporter.batches for flat in batch]
+        assert sent == ids
+        assert [len(b) for b in exporter.batches] == [100, 100, 50]
+    finally:
+        pipeline.shutdown()
+
+
+def test_the_pipeline_drops_and_counts_past_its_bound_when_the_exporter_is_stuck():
+    from service.telemetry.export import MAX_QUEUE
+
+    exporter = _Batches(stuck=True)
+    pipeline = SpanPipeline(exporter, Resource.create({}), InstrumentationScope("s"), batch=512)
+    try:
+        _ended_spans(pipeline, MAX_QUEUE + 3 * 512)
+        assert pipeline.dropped >= 2 * 512  # bounded: not all kept while nothing leaves
+        exporter.release.set()
+        assert pipeline.flush(10)
+        kept = sum(len(b) for b in exporter.batches)
+        assert kept + pipeline.dropped == MAX_QUEUE + 3 * 512  # each span sent or counted
+    finally:
+        pipeline.shutdown()
