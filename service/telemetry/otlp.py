@@ -43,6 +43,9 @@ _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
 _pack_times = struct.Struct("<BBBQBQ").pack
 _CACHE_MAX = 4096
+_CACHED_STR = 32  # str attribute values up to this long are cached encoded (names, states)
+# An AnyValue{string_value} of n < 126 bytes in a KeyValue's value field: both lengths
+_SHORT_STR = [bytes((0x12, n + 2, 0x0A, n)) for n in range(0x7E)]
 _STATUS = (b"", b"\x18\x01", b"\x18\x02")  # by StatusCode value: UNSET, OK, ERROR
 _EXPORT_PATH = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -127,19 +130,42 @@ class SpanEncoder:
             0x0A, PbScope(name=scope.name, version=scope.version or "").SerializeToString()
         )
         # Encoded attributes by (key, value), one cache per field they are written in (a
-        # span's, an event's, a link's), and only for str values: True == 1 == 1.0 as keys.
+        # span's, an event's, a link's), for short str values only: ids (unique) would only
+        # churn it, and True == 1 == 1.0 as keys.
         self._kv: dict[int, dict[tuple[str, Any], bytes]] = {0x4A: {}, 0x1A: {}, 0x22: {}}
+        self._keys: dict[str, bytes] = {}  # an attribute's key field
         self._names: dict[tuple[int, str], bytes] = {}
+        # Encoded events (name and attributes) that repeat: a state change, a last chunk.
+        # Full, it keeps what it has (an event with a unique value is never found again).
         self._events: dict[tuple[Any, ...], bytes] = {}
 
     def _attribute(self, tag: int, key: str, value: Any) -> bytes:
-        encoded = _field(tag, _field(0x0A, key.encode()) + _field(0x12, _any_value(value)))
-        if type(value) is str:
+        """One KeyValue written in field `tag`."""
+        head = self._keys.get(key)
+        if head is None:
+            head = self._keys[key] = _field(0x0A, key.encode("utf-8", "replace"))
+        kind = type(value)
+        if kind is str:
+            encoded = value.encode("utf-8", "replace")
+            n = len(encoded)
+            if n < 0x7E:  # the AnyValue's and the value field's lengths fit one byte each
+                body = head + _SHORT_STR[n] + encoded
+            else:
+                body = head + _field(0x12, _field(0x0A, encoded))
+        elif kind is int:
+            body = head + _field(0x12, b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF))
+        elif kind is float:
+            body = head + b"\x12\x09\x21" + _pack_d(value)
+        else:
+            body = head + _field(0x12, _any_value(value))
+        n = len(body)
+        field = (bytes((tag, n)) if n < 0x80 else bytes((tag,)) + _varint(n)) + body
+        if kind is str and len(value) <= _CACHED_STR:
             cache = self._kv[tag]
             if len(cache) >= _CACHE_MAX:
                 cache.clear()
-            cache[(key, value)] = encoded
-        return encoded
+            cache[(key, value)] = field
+        return field
 
     def _attributes(self, tag: int, attributes: Mapping[str, Any]) -> list[bytes]:
         cache = self._kv[tag]
@@ -158,10 +184,6 @@ class SpanEncoder:
         if encoded is None:
             encoded = self._names[key] = _field(tag, name.encode("utf-8", "replace"))
         return encoded
-
-    def _event(self, name: str, attributes: Mapping[str, Any]) -> bytes:
-        """An event's name and attributes, encoded (its time is written apart)."""
-        return self._name(0x12, name) + b"".join(self._attributes(0x1A, attributes))
 
     def span(self, flat: Flat) -> bytes:
         """One span (as `flatten` made it) in the wire format of an OTLP `Span`."""
@@ -202,12 +224,11 @@ class SpanEncoder:
             try:
                 body = events.get(event_key)
             except TypeError:  # an unhashable attribute value
-                body = self._event(event_name, attrs)
+                body = None
             if body is None:
-                body = self._event(event_name, attrs)
-                if len(events) >= _CACHE_MAX:
-                    events.clear()
-                events[event_key] = body
+                body = self._name(0x12, event_name) + b"".join(self._attributes(0x1A, attrs))
+                if len(events) < _CACHE_MAX:
+                    events[event_key] = body
             n = 9 + len(body)  # the time (a fixed64 and its tag), then the body
             head = bytes((0x5A, n)) if n < 0x80 else b"\x5a" + _varint(n)
             parts.append(head + b"\x09" + _pack_q(ts) + body)
