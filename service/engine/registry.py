@@ -356,11 +356,7 @@ class Engine:
         return turn
 
     def _start_agent(self, run: TaskRun, ctx: TurnContext) -> None:
-        tel = hub.current
-        if tel is None:
-            run.start_agent(self._drive(run, ctx))
-        else:
-            run.start_agent(self._traced(tel, run, ctx))
+        run.start_agent(self._drive(run, ctx, hub.current))
         self.watchdog.watch(run)
 
     def _free_slot(self, run: TaskRun) -> None:
@@ -377,54 +373,56 @@ class Engine:
         self._stopping.add(stopping)
         stopping.add_done_callback(self._stopping.discard)
 
-    async def _traced(self, tel: hub.Telemetry, run: TaskRun, ctx: TurnContext) -> None:
-        """The turn inside its span (a child of the call that started it, and the current
-        span while the agent runs, so an agent's own spans nest under it): the task's
-        events on it, its final state, and `a2a.tasks.active` while it runs."""
-        turn = tel.turn(run.task_id, run.context_id, ctx.caller.principal)
-        run.trace = turn
-        tel.tasks_active += 1
-        token = hub.enter(turn)  # the agent's own spans nest under the turn
+    async def _drive(self, run: TaskRun, ctx: TurnContext, tel: hub.Telemetry | None) -> None:
+        """Run the agent's turn to its end and commit it. With telemetry on, inside the
+        turn's span (a child of the call that started it, and the current span while the
+        agent runs, so an agent's own spans nest under it): the task's events on it, its
+        final state, and `a2a.tasks.active` while it runs. One coroutine, not a traced one
+        around an untraced one: each resumption of the turn would pass through both."""
+        turn = token = None
+        if tel is not None:
+            turn = tel.turn(run.task_id, run.context_id, ctx.caller.principal)
+            run.trace = turn
+            tel.tasks_active += 1
+            token = hub.enter(turn)  # the agent's own spans nest under the turn
         try:
-            await self._drive(run, ctx)
-        finally:
-            hub.leave(token)
-            tel.tasks_active -= 1
-            if run.trace is turn:
-                run.trace = None
-            if run.task is not None:
-                turn.attributes[names.STATE] = state_name(run.state)
-            turn.end()
-
-    async def _drive(self, run: TaskRun, ctx: TurnContext) -> None:
-        try:
-            await self.agent.run(ctx)
-        except asyncio.CancelledError:
-            if run.stop_reason is not None:
-                run.force_state(pb.TASK_STATE_FAILED, run.stop_reason)
-            elif run.cancel_requested:
-                run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
+            try:
+                await self.agent.run(ctx)
+            except asyncio.CancelledError:
+                if run.stop_reason is not None:
+                    run.force_state(pb.TASK_STATE_FAILED, run.stop_reason)
+                elif run.cancel_requested:
+                    run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
+                else:
+                    self._stopped_by_shutdown(run)
+            except Exception as exc:  # the agent broke: the task fails, the server keeps serving
+                ref = internal_error(exc, f"agent turn of task {run.task_id}").metadata["ref"]
+                run.force_state(pb.TASK_STATE_FAILED, f"The agent failed (ref {ref}).")
             else:
-                self._stopped_by_shutdown(run)
-        except Exception as exc:  # the agent broke: the task fails, the server keeps serving
-            ref = internal_error(exc, f"agent turn of task {run.task_id}").metadata["ref"]
-            run.force_state(pb.TASK_STATE_FAILED, f"The agent failed (ref {ref}).")
-        else:
-            if not run.settled:
-                run.status(pb.TASK_STATE_COMPLETED, None, None)
+                if not run.settled:
+                    run.status(pb.TASK_STATE_COMPLETED, None, None)
+            finally:
+                run.stop_reason = None  # a stall stops this turn only
+                self._free_slot(run)
+                if run.watch_handle is not None:
+                    run.watch_handle.cancel()
+                    run.watch_handle = None
+                run.watched = False
+            run.agent_ended()
+            run.claim = None  # over before its first commit: nobody needs to find its owner
+            await run.finish()
+            if self.peers is not None and run.owned and not run.agent_alive:
+                run.owned = False
+                self.peers.release(run.key)
         finally:
-            run.stop_reason = None  # a stall stops this turn only
-            self._free_slot(run)
-            if run.watch_handle is not None:
-                run.watch_handle.cancel()
-                run.watch_handle = None
-            run.watched = False
-        run.agent_ended()
-        run.claim = None  # over before its first commit: nobody needs to find its owner
-        await run.finish()
-        if self.peers is not None and run.owned and not run.agent_alive:
-            run.owned = False
-            self.peers.release(run.key)
+            if turn is not None and tel is not None:
+                hub.leave(token)
+                tel.tasks_active -= 1
+                if run.trace is turn:
+                    run.trace = None
+                if run.task is not None:
+                    turn.attributes[names.STATE] = state_name(run.state)
+                turn.end()
 
     async def wait(self, turn: Turn) -> pb.Message | pb.Task:
         """Outcome of a blocking send: the direct reply or the settled task."""

@@ -12,22 +12,22 @@ from service.telemetry.hub import Call
 def describe(rec: Call, message: Any) -> None:
     """Note the task a response (SendMessageResponse, Task, StreamResponse) is about; a
     later one (the stream's last event) overwrites the state."""
-    if isinstance(message, pb.SendMessageResponse):
-        if message.HasField("task"):
-            message = message.task
+    kind = type(message)
+    if kind is pb.SendMessageResponse:
+        if message.WhichOneof("payload") == "task":
+            task = message.task
+            rec.task(task.id, task.context_id, _state(task.status.state))
         else:
             reply = message.message
             rec.task(reply.task_id, reply.context_id)
-            return
-    if isinstance(message, pb.Task):
+    elif kind is pb.Task:
         rec.task(message.id, message.context_id, _state(message.status.state))
-        return
-    if isinstance(message, pb.StreamResponse):
-        kind = message.WhichOneof("payload")
-        if kind == "task":
+    elif kind is pb.StreamResponse:
+        which = message.WhichOneof("payload")
+        if which == "task":
             describe(rec, message.task)
-        elif kind == "status_update":
+        elif which == "status_update":
             update = message.status_update
             rec.task(update.task_id, update.context_id, _state(update.status.state))
-        elif kind == "message":
+        elif which == "message":
             rec.task(message.message.task_id, message.message.context_id)
