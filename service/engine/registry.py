@@ -415,7 +415,8 @@ class Engine:
                 run.owned = False
                 self.peers.release(run.key)
         finally:
-            if turn is not None and tel is not None:
+            if turn is not None:
+                assert tel is not None  # a turn span only with telemetry
                 hub.leave(token)
                 tel.tasks_active -= 1
                 if run.trace is turn:

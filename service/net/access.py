@@ -115,7 +115,7 @@ class AccessLog:
             "principal": call.principal,
             "ref": call.ref,
         }
-        span = hub.current_span().get_span_context()  # ours, else OpenTelemetry's
+        span = hub.current_span().get_span_context()  # the call's, or an agent's own
         if span.is_valid:
             fields["trace_id"] = format(span.trace_id, "032x")
             fields["span_id"] = format(span.span_id, "016x")

@@ -79,12 +79,14 @@ class SpanPipeline:
         self.dropped = 0
         self._raw = hasattr(exporter, "send_flat")
         self._queue: collections.deque[LightSpan] = collections.deque()  # SDK exporters
-        # Raw: flat spans not yet packed. A deque: the loop appends while the thread may pack
-        # (each pops its own, so nothing appended meanwhile is lost).
+        # Raw: flat spans not yet packed (the loop appends; a full batch is packed by the loop,
+        # the partial one by the thread when its interval passes or a flush asks).
         self._flats: collections.deque[Flat] = collections.deque()
+        self._packing = threading.Lock()  # one packer at a time; held once per batch
         self._ready: collections.deque[tuple[bytes, int]] = collections.deque()
         self._wake = threading.Event()
         self._stop = False
+        self._flush_asked = False
         self._flushed = threading.Condition()
         self._exported_rounds = 0
         self._thread = threading.Thread(target=self._main, name="telemetry-spans", daemon=True)
@@ -100,7 +102,7 @@ class SpanPipeline:
             return
         queue = self._queue
         if len(queue) >= MAX_QUEUE:
-            self.dropped += 1
+            self._drop(1)
             return
         queue.append(span)
         if len(queue) == self.batch:
@@ -108,31 +110,42 @@ class SpanPipeline:
 
     def _pack(self) -> None:
         """The batch being filled, marshalled and made ready to send (or dropped and counted
-        when the exporter is that far behind)."""
-        pop = self._flats.popleft
-        flats = [pop() for _ in range(min(len(self._flats), self.batch))]
-        if not flats:
-            return
-        if len(self._ready) * self.batch >= MAX_QUEUE:
-            self.dropped += len(flats)
-            return
-        self._ready.append((marshal.dumps(flats), len(flats)))
+        when the exporter is that far behind). Never raises: it runs where a span ends."""
+        with self._packing:
+            pop = self._flats.popleft
+            flats = [pop() for _ in range(min(len(self._flats), self.batch))]
+            if not flats:
+                return
+            if len(self._ready) * self.batch >= MAX_QUEUE:
+                self._drop(len(flats))
+                return
+            try:
+                data = marshal.dumps(flats)
+            except ValueError:  # a value marshal cannot carry (spans.py cleans the API's)
+                self._drop(len(flats))
+                return
+            self._ready.append((data, len(flats)))
+
+    def _drop(self, count: int) -> None:
+        if not self.dropped:
+            log.warning("telemetry: spans are dropped (the exporter is behind or failing)")
+        self.dropped += count  # an estimate if two threads drop at once
 
     def _main(self) -> None:
         while True:
-            self._wake.wait(self.interval)
+            timed_out = not self._wake.wait(self.interval)
             self._wake.clear()
-            self._drain()
+            self._drain(partial=timed_out or self._flush_asked or self._stop)
             with self._flushed:
                 self._exported_rounds += 1
                 self._flushed.notify_all()
             if self._stop:
                 return
 
-    def _drain(self) -> None:
+    def _drain(self, partial: bool) -> None:
         try:
             if self._raw:
-                while self._flats:  # the partial batch: spans wait at most one interval
+                while partial and self._flats:  # spans wait at most one interval
                     self._pack()
                 ready = self._ready
                 while ready:
@@ -153,14 +166,18 @@ class SpanPipeline:
     def flush(self, timeout: float = 10.0) -> bool:
         """Export what is queued now; False if that took longer than `timeout`."""
         deadline = time.monotonic() + timeout
-        with self._flushed:
-            target = self._exported_rounds + 2  # a whole round that started after this call
-            while self._exported_rounds < target:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._thread.is_alive():
-                    return False
-                self._wake.set()
-                self._flushed.wait(min(left, 0.05))
+        self._flush_asked = True  # the partial batch too
+        try:
+            with self._flushed:
+                target = self._exported_rounds + 2  # a whole round that started after this
+                while self._exported_rounds < target:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._thread.is_alive():
+                        return False
+                    self._wake.set()
+                    self._flushed.wait(min(left, 0.05))
+        finally:
+            self._flush_asked = False
         return True
 
     def shutdown(self, timeout: float = 10.0) -> None:

@@ -236,16 +236,20 @@ class Call(LightSpan):
 
     def rename(self, method: str, binding: str) -> None:
         """The A2A method became known (JSON-RPC: after the body was read)."""
-        self.method = self.name = method
+        self.method = method
         self.binding = binding
-        self.attributes[names.METHOD] = method
-        self.attributes[names.BINDING] = binding
+        if self.recording:
+            self.name = method
+            self.attributes[names.METHOD] = method
+            self.attributes[names.BINDING] = binding
 
     def principal(self, principal: str) -> None:
-        if principal:
+        if principal and self.recording:
             self.attributes[names.PRINCIPAL] = principal
 
     def task(self, task_id: str, context_id: str, state: str = "") -> None:
+        if not self.recording:  # ended (exported as it was) or not sampled
+            return
         attributes = self.attributes
         if task_id:
             attributes[names.TASK_ID] = task_id
@@ -259,7 +263,8 @@ class Call(LightSpan):
         gRPC status name)."""
         self.outcome = reason
         self.code = code
-        self.attributes[names.ERROR_TYPE] = reason
+        if self.recording:
+            self.attributes[names.ERROR_TYPE] = reason
         if code in SERVER_FAULTS:  # the caller's mistakes are not the server's errors
             self.set_status(StatusCode.ERROR, reason)
 

@@ -121,6 +121,16 @@ def _any_value(value: Any) -> bytes:
     return _field(0x0A, str(value).encode("utf-8", "replace"))
 
 
+def _repeats(attributes: Mapping[str, Any]) -> bool:
+    """Whether an event with these attributes may come again (no float, no long str: a
+    commit's milliseconds or an id would only fill the cache)."""
+    for value in attributes.values():
+        kind = type(value)
+        if kind is float or (kind is str and len(value) > _CACHED_STR):
+            return False
+    return True
+
+
 class SpanEncoder:
     """LightSpans -> ExportTraceServiceRequest bytes, for one resource and scope."""
 
@@ -136,7 +146,7 @@ class SpanEncoder:
         self._keys: dict[str, bytes] = {}  # an attribute's key field
         self._names: dict[tuple[int, str], bytes] = {}
         # Encoded events (name and attributes) that repeat: a state change, a last chunk.
-        # Full, it keeps what it has (an event with a unique value is never found again).
+        # Only those (see _repeats); full, it keeps what it has.
         self._events: dict[tuple[Any, ...], bytes] = {}
 
     def _attribute(self, tag: int, key: str, value: Any) -> bytes:
@@ -227,7 +237,7 @@ class SpanEncoder:
                 body = None
             if body is None:
                 body = self._name(0x12, event_name) + b"".join(self._attributes(0x1A, attrs))
-                if len(events) < _CACHE_MAX:
+                if len(events) < _CACHE_MAX and _repeats(attrs):
                     events[event_key] = body
             n = 9 + len(body)  # the time (a fixed64 and its tag), then the body
             head = bytes((0x5A, n)) if n < 0x80 else b"\x5a" + _varint(n)

@@ -5,8 +5,10 @@ processor hooks), several per request. Spans made here are plain objects that
 implement the API's `Span` (so they can be the current span, and an agent's own SDK
 spans nest under them). They keep their ids as ints and their attributes in a dict as
 given (every value the service sets is a str, int, float or bool), and when they end go
-to a `SpanSink` that exports them in batches off the event loop (see export.py). A
-server call and an agent turn (hub.py) are LightSpans themselves: one object each.
+to a `SpanSink` that exports them in batches off the event loop (see export.py). Values
+that come through the API (an agent's `set_attribute` on its turn's span) are cleaned to
+what OTLP carries, as the SDK does. A server call and an agent turn (hub.py) are
+LightSpans themselves: one object each.
 
 Sampling follows the parent's sampled flag; a root is sampled by the configured SDK
 sampler (`OTEL_TRACES_SAMPLER`, default always on). An unsampled span still carries its
@@ -44,6 +46,29 @@ SERVER, CLIENT, INTERNAL = SpanKind.SERVER.value, SpanKind.CLIENT.value, SpanKin
 _new_context = tuple.__new__
 _bits = random.getrandbits  # ids: 128 and 64 random bits, as the SDK's default generator
 _time_ns = time.time_ns
+
+
+def _clean(value: Any) -> Any:
+    """An attribute value as OTLP carries it, in the exact built-in types `marshal` takes
+    (an IntEnum becomes its int, a numpy float64 a float; anything else its str)."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or kind is float:
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return str(value)
+
+
+def cleaned(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): _clean(v) for k, v in attributes.items()}
 
 
 class SpanSink(Protocol):
@@ -193,11 +218,11 @@ class LightSpan(trace.Span):
 
     def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:
         if self.recording:
-            self.attributes.update(attributes)
+            self.attributes.update(cleaned(attributes))
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
         if self.recording:
-            self.attributes[key] = value
+            self.attributes[str(key)] = _clean(value)
 
     def add_event(
         self,
@@ -210,7 +235,7 @@ class LightSpan(trace.Span):
         if len(self.events) >= MAX_EVENTS:
             self.dropped_events += 1
             return
-        self.events.append((name, timestamp or _time_ns(), dict(attributes or {})))
+        self.events.append((str(name), timestamp or _time_ns(), cleaned(attributes or {})))
 
     def update_name(self, name: str) -> None:
         if self.recording:

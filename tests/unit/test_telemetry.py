@@ -3,6 +3,7 @@ leaves nothing installed, the settings are checked, and the README lists every m
 
 from __future__ import annotations
 
+import enum
 import marshal
 import pathlib
 import re
@@ -56,8 +57,8 @@ def test_the_wire_encoding_equals_the_sdk_encoders():
     child.add_event("flag", {"x": True})
     child.add_event("flag", {"x": 1})
     child.add_event("flag", {"x": 1.0})
+    child.set_attribute("b", 1)  # "b" is True on the root: another type, another span
     child.end()
-    root.set_attribute("b", 1)  # after "b": True above, in another span
     root.end()
     resource = Resource.create({"service.name": "unit"})
     scope = InstrumentationScope("a2a-grpc-service", "1")
@@ -241,3 +242,67 @@ def test_the_pipeline_drops_and_counts_past_its_bound_when_the_exporter_is_stuck
         assert kept + pipeline.dropped == MAX_QUEUE + 3 * 512  # each span sent or counted
     finally:
         pipeline.shutdown()
+
+
+class _IntState(enum.IntEnum):
+    DONE = 3
+
+
+def test_unsampled_and_metrics_only_spans_carry_context_but_reach_no_sink():
+    sink = Collect()
+    never = LightTracer(sink, sampler=lambda trace_id, name: False)
+    root = never.start("SendMessage", SpanKind.SERVER, None, {})
+    child = LightTracer(sink).start("agent turn", SpanKind.INTERNAL, root, {})
+    assert root.get_span_context().is_valid and not root.get_span_context().trace_flags.sampled
+    assert child.get_span_context().trace_id == root.get_span_context().trace_id
+    assert not child.is_recording()  # follows its parent's decision
+    child.end()
+    root.end()
+    assert sink.spans == []
+    tel = hub.Telemetry(None)  # metrics only
+    call = tel.server_call("GetTask", names.GRPC, None)
+    assert not call.get_span_context().is_valid
+    call.end_rpc("lf.a2a.v1.A2AService")
+    assert tel.rpc_duration.snapshot()  # still counted
+
+
+def test_values_an_agent_sets_are_cleaned_and_an_ended_span_takes_no_more():
+    sink = Collect()
+    span = LightTracer(sink).start("agent turn", SpanKind.INTERNAL, None, {})
+    span.set_attribute("state", _IntState.DONE)
+    span.set_attributes({"path": pathlib.PurePosixPath("/x"), "seq": (1, _IntState.DONE)})
+    span.add_event("step", {"n": _IntState.DONE})
+    span.end()
+    span.set_attribute("late", "x")
+    span.add_event("late")
+    assert span.attributes == {"state": 3, "path": "/x", "seq": [1, 3]}
+    assert type(span.attributes["state"]) is int
+    assert [name for name, _, _ in span.events] == ["step"]
+    marshal.dumps([flatten(s) for s in sink.spans])  # what the pipeline sends: no error
+
+
+def test_a_pipeline_batch_that_cannot_be_marshalled_is_dropped_not_raised():
+    exporter = _Batches()
+    pipeline = SpanPipeline(exporter, Resource.create({}), InstrumentationScope("s"), batch=2)
+    try:
+        tracer = LightTracer(pipeline)
+        bad = tracer.start("x", SpanKind.INTERNAL, None, {"obj": object()})  # not via the API
+        bad.end()
+        tracer.start("y", SpanKind.INTERNAL, None, {}).end()  # fills the batch: packed here
+        assert pipeline.dropped == 2
+        _ended_spans(pipeline, 3)
+        assert pipeline.flush(5)
+        assert sum(len(b) for b in exporter.batches) == 3
+    finally:
+        pipeline.shutdown()
+
+
+def test_the_inlined_call_start_sets_what_lightspan_sets():
+    """hub.Call inlines LightSpan.__init__ for a sampled root: both must fill every slot."""
+    tel = hub.Telemetry(LightTracer(Collect()))
+    inlined = tel.server_call("SendMessage", names.GRPC, None, attach=False)
+    general = hub.Call(tel, "SendMessage", names.GRPC, inlined.get_span_context(), False)
+    for slot in LightSpan.__slots__:
+        assert hasattr(inlined, slot) and hasattr(general, slot), slot
+        if slot not in ("trace_id", "span_id", "parent_id", "start_time", "_context", "attributes"):
+            assert getattr(inlined, slot) == getattr(general, slot) or slot == "events", slot
