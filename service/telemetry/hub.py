@@ -30,7 +30,6 @@ from service.telemetry import names
 from service.telemetry.spans import (
     EMPTY_STATE,
     INTERNAL,
-    MAX_EVENTS,
     SAMPLED,
     SERVER,
     LightSpan,
@@ -329,13 +328,7 @@ class Turn(LightSpan):
     __slots__ = ()
 
     def status(self, state: str, seq: int) -> None:
-        if self.recording:
-            if len(self.events) < MAX_EVENTS:
-                self.events.append(
-                    (names.EVENT_STATUS, time_ns(), {names.STATE: state, names.SEQ: seq})
-                )
-            else:
-                self.dropped_events += 1
+        self._add_event(names.EVENT_STATUS, {names.STATE: state, names.SEQ: seq})
 
     def committed(self, events: int, seconds: float, failed: bool = False) -> None:
         """The turn's events up to now are durable in the store (a span event, not a span of
@@ -343,24 +336,13 @@ class Turn(LightSpan):
         attributes: dict[str, Any] = {names.EVENTS: events, names.COMMIT_MS: seconds * 1000}
         if failed:
             attributes[names.ERROR_TYPE] = "commit failed"
-        self.add_event(names.EVENT_COMMIT, attributes)
+        self._add_event(names.EVENT_COMMIT, attributes)
 
     def artifact(self, artifact_id: str, last_chunk: bool, seq: int) -> None:
-        if self.recording:
-            if len(self.events) < MAX_EVENTS:
-                self.events.append(
-                    (
-                        names.EVENT_ARTIFACT,
-                        time_ns(),
-                        {
-                            names.ARTIFACT_ID: artifact_id,
-                            names.LAST_CHUNK: last_chunk,
-                            names.SEQ: seq,
-                        },
-                    )
-                )
-            else:
-                self.dropped_events += 1
+        self._add_event(
+            names.EVENT_ARTIFACT,
+            {names.ARTIFACT_ID: artifact_id, names.LAST_CHUNK: last_chunk, names.SEQ: seq},
+        )
 
 
 class Telemetry:

@@ -230,12 +230,20 @@ class LightSpan(trace.Span):
         attributes: types.Attributes = None,
         timestamp: int | None = None,
     ) -> None:
+        if self.recording:
+            self._add_event(str(name), cleaned(attributes or {}), timestamp)
+
+    def _add_event(
+        self, name: str, attributes: dict[str, Any], timestamp: int | None = None
+    ) -> None:
+        """An event whose attributes are already what OTLP carries (the service's own):
+        kept up to MAX_EVENTS, counted as dropped past them, none once the span ended."""
         if not self.recording:
             return
         if len(self.events) >= MAX_EVENTS:
             self.dropped_events += 1
             return
-        self.events.append((str(name), timestamp or _time_ns(), cleaned(attributes or {})))
+        self.events.append((name, timestamp or _time_ns(), attributes))
 
     def update_name(self, name: str) -> None:
         if self.recording:
