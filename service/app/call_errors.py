@@ -12,6 +12,8 @@ from a2a.client import A2AClientError, A2AClientTimeoutError, AgentCardResolutio
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import ParseError
 
+from service.app.call_safe import printable, redact
+
 
 class Exit(enum.IntEnum):
     """The documented exit codes (README "Command-line client")."""
@@ -29,12 +31,15 @@ class Exit(enum.IntEnum):
 
 
 class CallError(Exception):
-    """Ends the command with `code`; `message` is one line for stderr (never a credential)."""
+    """Ends the command with `code`; `message` is one line for stderr (never a credential).
+
+    Messages quote what the agent said (its errors, ids, URLs), so the message is kept with
+    its control characters escaped and its URLs' credentials hidden, whoever raised it."""
 
     def __init__(self, code: Exit, message: str) -> None:
-        super().__init__(message)
         self.code = code
-        self.message = message
+        self.message = printable(redact(message))
+        super().__init__(self.message)
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:

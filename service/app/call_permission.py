@@ -17,6 +17,7 @@ from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format, struct_pb2
 
 from service.app.call_metadata import namespace_of
+from service.app.call_safe import printable
 
 INPUT_KEY = "input"
 KIND = "permission"
@@ -84,17 +85,17 @@ def options_of(envelope: dict[str, Any]) -> list[str]:
 
 
 def describe(envelope: dict[str, Any]) -> list[str]:
-    """The display fields, one per line, for a person to decide on."""
-    lines = [
-        f"The agent asks for permission: {envelope.get('prompt') or envelope.get('title') or ''}".rstrip()
-    ]
+    """The display fields, one per line, for a person to decide on: each field is one line
+    (`printable`), so none can hide, rewrite or pose as another line of what is approved."""
+    asked = printable(envelope.get("prompt") or envelope.get("title") or "")
+    lines = [f"The agent asks for permission: {asked}".rstrip()]
     for key in DISPLAY_FIELDS:
         value = envelope.get(key)
         if value is None or value == "":
             continue
         if key == "readOnly":
             value = "yes" if value else "no (it may change things)"
-        lines.append(f"  {key:>9}: {value}")
+        lines.append(f"  {key:>9}: {printable(value)}")
     return lines
 
 
@@ -106,7 +107,7 @@ def prompt(
     """Ask until the answer is allow or deny; EOF denies."""
     for line in describe(envelope):
         print(line, file=out)
-    choices = options_of(envelope)
+    choices = [printable(choice) for choice in options_of(envelope)]
     while True:
         print(
             f"Allow? [a]llow once / [d]eny ({', '.join(choices)}): ", end="", file=out, flush=True

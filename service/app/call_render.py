@@ -4,6 +4,11 @@
 ListTasksResponse or AgentCard of the other commands). Otherwise text: on a terminal, status
 updates rewrite one progress line on stderr while artifacts and messages are printed on
 stdout as they arrive; off a terminal every status change is a line of its own.
+
+Everything an agent sent goes through `call_safe.printable` on its way to the screen: each
+field as it is put into a line (one-line fields: names, ids, URLs, status), and each line
+once more as it is written (`say` keeps the newlines of text, `note` and the status line do
+not). `--json` needs none of it: `json.dumps` escapes every control character.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from service.app.call_errors import Exit
+from service.app.call_safe import printable, redact_url
 
 STATE_NAMES = {
     value: name.removeprefix("TASK_STATE_").lower().replace("_", "-")
@@ -49,13 +55,15 @@ def part_text(part: sdk.Part) -> str:
         value = json_format.MessageToDict(part.data)
         if isinstance(value, dict) and value.get("kind") == "permission_ack":
             accepted = "accepted" if value.get("accepted") else "not accepted"
-            return f"permission {value.get('decision')} ({accepted})"
+            return f"permission {printable(value.get('decision'))} ({accepted})"
         return json.dumps(value, sort_keys=True)
+    name = printable(part.filename or "(unnamed)")
     if kind == "url":
-        what = ", ".join(x for x in (part.media_type,) if x)
-        return f"[file {part.filename or '(unnamed)'}{f' ({what})' if what else ''}: {part.url}]"
+        what = f" ({printable(part.media_type)})" if part.media_type else ""
+        return f"[file {name}{what}: {printable(redact_url(part.url))}]"
     if kind == "raw":
-        return f"[file {part.filename or '(unnamed)'} ({part.media_type or 'bytes'}, {len(part.raw)} bytes inline)]"
+        what = printable(part.media_type or "bytes")
+        return f"[file {name} ({what}, {len(part.raw)} bytes inline)]"
     return ""
 
 
@@ -93,16 +101,18 @@ class Printer:
         """A line for the person (stdout); the progress line moves below it."""
         line = self._line
         self._clear()
-        print(text, file=self.out, flush=True)
+        print(printable(text, multiline=True), file=self.out, flush=True)
         if line:
             self._status(line)
 
     def note(self, text: str) -> None:
         """A remark on stderr (also with --json: stdout stays machine-readable)."""
         self._clear()
-        print(text, file=self.err, flush=True)
+        print(printable(text), file=self.err, flush=True)
 
     def _status(self, text: str) -> None:
+        """The status line: one line whatever the agent put in it."""
+        text = printable(text)
         if self.progress:
             self.err.write(CLEAR_LINE + text[:200])
             self.err.flush()
@@ -130,7 +140,7 @@ class Printer:
         kind = event.WhichOneof("payload")
         if kind == "task":
             task = event.task
-            self._status(f"task {task.id} ({state_name(task.status.state)})")
+            self._status(f"task {printable(task.id)} ({state_name(task.status.state)})")
             for artifact in task.artifacts:
                 self._artifact(artifact, append=False)
             if task.status.message.parts:
@@ -148,7 +158,7 @@ class Printer:
 
     def _artifact(self, artifact: sdk.Artifact, *, append: bool) -> None:
         text = " ".join(t for t in (part_text(p) for p in artifact.parts) if t)
-        label = artifact.name or artifact.artifact_id
+        label = printable(artifact.name or artifact.artifact_id)
         if append and artifact.artifact_id in self._artifacts:
             self.say(f"  … {text}")
         else:
@@ -159,7 +169,10 @@ class Printer:
         if self.as_json:
             self.json_line(task)
             return
-        self.say(f"task {task.id}  context {task.context_id}  {state_name(task.status.state)}")
+        self.say(
+            f"task {printable(task.id)}  context {printable(task.context_id)}  "
+            f"{state_name(task.status.state)}"
+        )
         if task.status.message.parts:
             self.say(f"  status: {message_text(task.status.message)}")
         for artifact in task.artifacts:
@@ -170,20 +183,25 @@ class Printer:
             self.json_line(page)
             return
         for task in page.tasks:
-            self.say(f"{task.id}  {state_name(task.status.state):<15} context {task.context_id}")
-        more = f"; next page: --page-token {page.next_page_token}" if page.next_page_token else ""
+            self.say(
+                f"{printable(task.id)}  {state_name(task.status.state):<15} "
+                f"context {printable(task.context_id)}"
+            )
+        token = printable(page.next_page_token)
+        more = f"; next page: --page-token {token}" if token else ""
         self.note(f"{len(page.tasks)} of {page.total_size} tasks{more}")
 
     def card(self, card: sdk.AgentCard, card_json: dict[str, Any] | None) -> None:
         if self.as_json:
             print(json.dumps(card_json if card_json is not None else to_json(card)), file=self.out)
             return
-        self.say(f"{card.name}  (version {card.version or '-'})")
+        self.say(f"{printable(card.name)}  (version {printable(card.version or '-')})")
         if card.description:
-            self.say(f"  {card.description}")
+            self.say(f"  {printable(card.description, multiline=True)}")
         for i in card.supported_interfaces:
             self.say(
-                f"  interface {i.protocol_binding:<9} {i.url}  (A2A {i.protocol_version or '?'})"
+                f"  interface {printable(i.protocol_binding):<9} {printable(redact_url(i.url))}"
+                f"  (A2A {printable(i.protocol_version or '?')})"
             )
         caps = card.capabilities
         self.say(
@@ -191,9 +209,10 @@ class Printer:
             f"{'yes' if caps.push_notifications else 'no'}"
         )
         for name in card.security_schemes:
-            self.say(f"  security scheme: {name}")
+            self.say(f"  security scheme: {printable(name)}")
         for skill in card.skills:
+            about = printable(skill.description, multiline=True)
             self.say(
-                f"  skill {skill.id}: {skill.name}"
-                + (f" — {skill.description}" if skill.description else "")
+                f"  skill {printable(skill.id)}: {printable(skill.name)}"
+                + (f" — {about}" if about else "")
             )

@@ -22,6 +22,7 @@ from service.app import call_download, call_permission
 from service.app.call_client import Connection, Credentials, Tls, binding_of, connect
 from service.app.call_errors import CallError, Exit, classify
 from service.app.call_render import EXIT_OF_STATE, Printer, message_text, state_name
+from service.app.call_safe import printable
 
 T = TypeVar("T")
 INTERRUPTED = (sdk.TASK_STATE_INPUT_REQUIRED, sdk.TASK_STATE_AUTH_REQUIRED)
@@ -300,8 +301,8 @@ def _finish(outcome: Outcome, printer: Printer, conn: Connection) -> Exit:
         )
     if not printer.as_json:
         printer.done()
-        detail = f": {outcome.status_text}" if outcome.status_text else ""
-        printer.say(f"task {outcome.task_id} {state_name(state)}{detail}")
+        detail = f": {printable(outcome.status_text)}" if outcome.status_text else ""
+        printer.say(f"task {printable(outcome.task_id)} {state_name(state)}{detail}")
         if state in INTERRUPTED:
             printer.note(
                 f"continue with: a2a-call … --task {outcome.task_id} --context "

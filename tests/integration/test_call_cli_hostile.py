@@ -1,0 +1,231 @@
+"""`a2a-call` against a hostile agent: one written here, on loopback, that serves what a
+malicious or broken agent could (control characters meant for the terminal, credentials in
+URLs, plaintext interfaces behind a TLS card, endless or local-file downloads, a card that
+trickles in). The CLI runs as a process, as a person would run it; nothing of the client is
+stood in for. Each test asserts the outcome: the exit status, what reached the terminal,
+what reached the agent, what was written to disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.call_util import cli
+from tests.process import free_port
+
+ERASE = "\x1b[2K\x1b[1A"  # erase the line, move up: rewrites what a person approves
+TOKEN = "h0stile-test-t0ken-" + "z" * 20
+
+Handler = Callable[[http.server.BaseHTTPRequestHandler], None]
+
+
+def card_of(url: str, binding: str = "JSONRPC", **fields: Any) -> dict[str, Any]:
+    """A minimal A2A 1.0 card with one interface at URL (unary: no streaming)."""
+    return {
+        "name": "hostile",
+        "description": "an agent written to misbehave",
+        "version": "1",
+        "supportedInterfaces": [{"url": url, "protocolBinding": binding, "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": False},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [],
+        **fields,
+    }
+
+
+class HostileAgent:
+    """A loopback HTTP(S) server: GET routes (a body, or a handler that writes its own
+    answer), and JSON-RPC at /rpc answering each method with a canned result or error.
+    Records every request's path and headers."""
+
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
+        self.routes: dict[str, bytes | Handler] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        agent = self
+
+        class Handle(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                agent.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                route = agent.routes.get(self.path)
+                if callable(route):
+                    with contextlib.suppress(OSError):  # the client hung up: fine
+                        route(self)
+                    return
+                self._send(200 if route is not None else 404, route or b"not found")
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                agent.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                answer = agent.results.get(
+                    request["method"], {"error": {"code": -32601, "message": "no such method"}}
+                )
+                body = {"jsonrpc": "2.0", "id": request.get("id"), **answer}
+                self._send(200, json.dumps(body).encode(), "application/json")
+
+            def _send(self, status: int, body: bytes, kind: str = "text/plain") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handle)
+        self.server.daemon_threads = True
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.scheme = "https" if tls is not None else "http"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    @property
+    def origin(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    def serve_card(self, card: dict[str, Any]) -> str:
+        self.routes["/.well-known/agent-card.json"] = json.dumps(card).encode()
+        return self.origin
+
+    def answer(self, method: str, result: dict[str, Any]) -> None:
+        self.results[method] = {"result": result}
+
+    def fail(self, method: str, message: str) -> None:
+        self.results[method] = {"error": {"code": -32603, "message": message}}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def agent():
+    a = HostileAgent()
+    yield a
+    a.close()
+
+
+def _task(task_id: str = "t-1", state: str = "TASK_STATE_COMPLETED", **fields: Any) -> dict:
+    return {"id": task_id, "contextId": "c-1", "status": {"state": state}, **fields}
+
+
+def _raw_controls(text: str) -> set[str]:
+    """The control characters in TEXT other than newline and tab."""
+    return {c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F}
+
+
+# ----------------------------------------------------------------------------- the terminal
+
+
+def test_a_permission_target_cannot_rewrite_what_a_person_approves(agent):
+    envelope = {
+        "schemaVersion": 1,
+        "kind": "permission",
+        "requestTaskId": "t-1",
+        "inputId": "i-1",
+        "toolUseId": "u-1",
+        "toolName": "command",
+        "prompt": "Allow running ls?",
+        "target": f"rm -rf ~{ERASE}\r   target: ls",
+        "readOnly": True,
+    }
+    status = {
+        "state": "TASK_STATE_INPUT_REQUIRED",
+        "message": {
+            "messageId": "m-1",
+            "role": "ROLE_AGENT",
+            "parts": [{"text": f"waiting{ERASE}"}],
+            "metadata": {"a2a_service": {"input": envelope}},
+        },
+    }
+    agent.answer("SendMessage", {"task": {**_task(state=""), "status": status}})
+    url = agent.serve_card(card_of(agent.origin + "/rpc"))
+    result = cli(url, "do it")
+    assert result.returncode == 4, result.stderr
+    shown = result.stdout + result.stderr
+    assert _raw_controls(shown) == set()
+    assert "   target: rm -rf ~\\x1b[2K\\x1b[1A\\r   target: ls\n" in result.stdout
+    assert "[input-required] waiting\\x1b[2K\\x1b[1A" in result.stdout
+
+
+def test_texts_artifact_names_ids_and_errors_are_escaped(agent):
+    artifact = {
+        "artifactId": "a-1",
+        "name": f"report{ERASE}",
+        "parts": [{"text": "line one\nline two\x07\x9b2J"}],
+    }
+    task = _task(f"t{ERASE}", artifacts=[artifact])
+    task["status"]["message"] = {
+        "messageId": "m",
+        "role": "ROLE_AGENT",
+        "parts": [{"text": f"done{ERASE}"}],
+    }
+    agent.answer("SendMessage", {"task": task})
+    agent.fail("GetTask", f"no such task{ERASE}\nfake: all good")
+    url = agent.serve_card(
+        card_of(
+            agent.origin + "/rpc",
+            name=f"Friendly{ERASE}",
+            description="two\nlines\x1b]0;title\x07",
+            skills=[{"id": "s", "name": f"skill{ERASE}", "description": "d", "tags": []}],
+        )
+    )
+    sent = cli(url, "hi")
+    assert sent.returncode == 0, sent.stderr
+    assert _raw_controls(sent.stdout + sent.stderr) == set()
+    # text keeps its newline (the agent's layout); the rest is escaped where it stood
+    assert "artifact report\\x1b[2K\\x1b[1A: line one\nline two\\x07\\x9b2J\n" in sent.stdout
+    assert "task t\\x1b[2K\\x1b[1A completed: done\\x1b[2K\\x1b[1A" in sent.stdout
+    failed = cli("get", url, "--task", "x")
+    assert failed.returncode == 8
+    assert _raw_controls(failed.stderr) == set()
+    assert failed.stderr.count("\n") == 1  # one line: the agent's newline is escaped
+    assert "no such task\\x1b[2K\\x1b[1A\\nfake: all good" in failed.stderr
+    card = cli("card", url)
+    assert card.returncode == 0 and _raw_controls(card.stdout) == set()
+    assert "Friendly\\x1b[2K\\x1b[1A  (version 1)" in card.stdout
+    assert "two\nlines\\x1b]0;title\\x07" in card.stdout
+    # --json is escaped by JSON itself, and stays exact
+    as_json = cli("card", "--json", url)
+    assert _raw_controls(as_json.stdout) == set()
+    assert json.loads(as_json.stdout)["name"] == f"Friendly{ERASE}"
+
+
+# ----------------------------------------------------------------------------- URL credentials
+
+
+def test_url_credentials_are_not_printed(agent, tmp_path):
+    dead = f"127.0.0.1:{free_port()}"
+    result = cli("list", f"http://user:PW-s3cret@{dead}/")
+    assert result.returncode == 6, result.stderr
+    assert "PW-s3cret" not in result.stderr
+    assert f"http://user:***@{dead}/" in result.stderr
+    # a URL the agent names, with a token in its query, in the message of a failed download
+    sha = "ab" * 32
+    part = {
+        "url": f"http://{dead}/files/{sha}?token=QUERY-s3cret&name=r.txt",
+        "filename": "r.txt",
+        "metadata": {"a2a_service": {"sha256": sha, "byteSize": 1}},
+    }
+    agent.answer("GetTask", _task(artifacts=[{"artifactId": "a", "parts": [part]}]))
+    url = agent.serve_card(card_of(agent.origin + "/rpc"))
+    failed = cli("download", url, "--task", "t-1", "-o", str(tmp_path))
+    assert failed.returncode == 6, failed.stderr
+    assert "QUERY-s3cret" not in failed.stderr and "token=***&name=r.txt" in failed.stderr
