@@ -65,7 +65,9 @@ exit codes:
   6  unreachable: no connection, DNS, TLS handshake, timed out
   7  not authenticated or not allowed (HTTP 401/403, gRPC UNAUTHENTICATED/PERMISSION_DENIED)
   8  protocol error: the agent answered with an A2A error, or not with A2A
-  9  not verified: --verify-card refused the card, or a download's SHA-256 did not match"""
+  9  not verified: --verify-card refused the card, or a download's SHA-256 did not match
+ 10  refused as unsafe: credentials would go in plaintext to an interface of a card that
+     came over https (see --allow-plaintext-credentials)"""
 
 
 def _common() -> argparse.ArgumentParser:
@@ -103,6 +105,13 @@ def _common() -> argparse.ArgumentParser:
         "--api-key-header",
         metavar="NAME",
         help="header for --api-key (default: the card's apiKey scheme, else X-API-Key)",
+    )
+    auth.add_argument(
+        "--allow-plaintext-credentials",
+        action="store_true",
+        help="send credentials even to a plaintext (grpc://, http://) interface of a card "
+        "that came over https; without it that is refused (exit 10) unless the interface is "
+        "on loopback",
     )
     auth.add_argument("--cacert", metavar="PEM", help="CA certificate(s) to trust")
     auth.add_argument("--cert", metavar="PEM", help="client certificate (mTLS)")

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import collections
 import copy
+import ipaddress
 import json
 import os
 import ssl
@@ -168,6 +169,51 @@ def pick_interface(card: sdk.AgentCard, binding: str | None) -> sdk.AgentInterfa
     )
 
 
+def is_loopback(host: str | None) -> bool:
+    """Whether HOST names this machine for sure: `localhost` or a loopback IP literal (a name
+    is not resolved: what it resolves to now need not be where the connection goes)."""
+    if not host:
+        return False
+    host = host.strip("[]").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _host_of(url: str) -> str | None:
+    try:
+        return urllib.parse.urlsplit(url).hostname
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class PlaintextGuard:
+    """Credentials never go in plaintext to where a card fetched over TLS points: a hostile
+    or careless card could otherwise name `grpc://` or `http://` and have the secret cross
+    the network in the clear, though the user asked for TLS by fetching over https. Loopback
+    never leaves the machine; `--allow-plaintext-credentials` is the user's own say-so."""
+
+    card_over_tls: bool
+    allowed: bool
+
+    def check(self, what: str, url: str, *, secure: bool, host: str | None) -> None:
+        if secure or not self.card_over_tls or self.allowed or is_loopback(host):
+            return
+        raise CallError(
+            Exit.REFUSED,
+            f"refused: the card came over https, but {what} {url} is plaintext; the "
+            "credentials would cross the network unencrypted (pick a TLS interface with "
+            "--binding, or pass --allow-plaintext-credentials to send them anyway)",
+        )
+
+
 def _grpc_target(url: str) -> tuple[str, bool | None]:
     """host:port of a card's gRPC url, and whether its scheme says TLS (None: it does not say)."""
     for prefix, tls in (
@@ -193,6 +239,7 @@ class Connection:
     http: httpx.AsyncClient
     headers: dict[str, str]
     timeout: float | None
+    guard: PlaintextGuard
     channel: grpc.aio.Channel | None = None
     event_ids: EventIds = field(default_factory=lambda: EventIds())
 
@@ -209,6 +256,15 @@ class Connection:
             _origin(i.url) for i in self.card.supported_interfaces if i.protocol_binding != "GRPC"
         }
         return _origin(url) in origins - {None}
+
+    def credentials_for(self, url: str) -> dict[str, str]:
+        """The headers to send to URL (a download): none to another origin, and a refusal
+        (exit 10) for a plaintext one the TLS card named, as for its interfaces."""
+        if not self.headers or not self.same_origin(url):
+            return {}
+        secure = urllib.parse.urlsplit(url).scheme.lower() == "https"
+        self.guard.check("the download", url, secure=secure, host=_host_of(url))
+        return dict(self.headers)
 
     async def __aenter__(self) -> Connection:
         return self
@@ -370,8 +426,10 @@ async def connect(
     verify_jwks: str | None,
     streaming: bool,
     call_timeout: float | None,
+    allow_plaintext_credentials: bool = False,
 ) -> Connection:
-    """Fetch (and with --verify-card verify) the card, pick the interface, build the client."""
+    """Fetch (and with --verify-card verify) the card, pick the interface, build the client;
+    refuse (exit 10) to send credentials in plaintext to an interface a TLS card names."""
     https = bool(target and target.lower().startswith("https://"))
     event_ids = EventIds()
     http = http_client(tls, https, event_ids)
@@ -391,15 +449,23 @@ async def connect(
                 await verify_card(card_json, card_url, verify_jwks)
             card = parse_card(card_json, card_url)
         interface = pick_interface(card, binding)
+        headers = credentials.headers(card)
+        guard = PlaintextGuard(card_over_tls=https, allowed=allow_plaintext_credentials)
         channel = None
+        what = f"its {interface.protocol_binding} interface"
         if interface.protocol_binding == "GRPC":
             address, scheme_tls = _grpc_target(interface.url)
             secure = scheme_tls if scheme_tls is not None else (tls.configured or https)
+            if headers:
+                guard.check(what, interface.url, secure=secure, host=_host_of("//" + address))
             channel = (
                 grpc.aio.secure_channel(address, tls.grpc_credentials())
                 if secure
                 else grpc.aio.insecure_channel(address)
             )
+        elif headers:
+            secure = urllib.parse.urlsplit(interface.url).scheme.lower() == "https"
+            guard.check(what, interface.url, secure=secure, host=_host_of(interface.url))
         bound_channel = channel
         config = ClientConfig(
             streaming=streaming,
@@ -419,8 +485,9 @@ async def connect(
             interface=interface,
             client=client,
             http=http,
-            headers=credentials.headers(card),
+            headers=headers,
             timeout=call_timeout,
+            guard=guard,
             channel=channel,
             event_ids=event_ids,
         )

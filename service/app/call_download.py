@@ -173,7 +173,7 @@ async def _chunks(conn: Connection, url: str) -> AsyncIterator[bytes]:
         return
     if scheme not in ("http", "https"):
         raise CallError(Exit.PROTOCOL, f"{url}: not an http(s) or file URL")
-    headers = dict(conn.headers) if conn.same_origin(url) else {}
+    headers = conn.credentials_for(url)
     try:
         async with conn.http.stream("GET", url, headers=headers) as response:
             if response.status_code in (401, 403):

@@ -28,6 +28,7 @@ class Exit(enum.IntEnum):
     UNAUTHENTICATED = 7  # 401/403, gRPC UNAUTHENTICATED / PERMISSION_DENIED
     PROTOCOL = 8  # an A2A error reply, or an answer that is not A2A
     NOT_VERIFIED = 9  # --verify-card refused the card, or a download's SHA-256 did not match
+    REFUSED = 10  # unsafe, so not done: credentials in plaintext after a TLS card, ...
 
 
 class CallError(Exception):

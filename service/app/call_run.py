@@ -63,6 +63,9 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
     if args.timeout is not None and args.timeout <= 0:
         raise CallError(Exit.USAGE, "--timeout must be a positive number of seconds")
     streaming = not getattr(args, "no_stream", False)
+    credentials = Credentials.from_args(args.bearer, args.api_key, args.basic, args.api_key_header)
+    if args.command == "card" and not args.grpc:
+        credentials = Credentials()  # it shows the fetched card: no call carries credentials
     try:
         conn = await _bounded(
             args.timeout,
@@ -70,13 +73,12 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
                 args.url,
                 grpc_address=args.grpc,
                 binding=binding_of(args.binding),
-                credentials=Credentials.from_args(
-                    args.bearer, args.api_key, args.basic, args.api_key_header
-                ),
+                credentials=credentials,
                 tls=Tls(args.cacert or "", args.cert or "", args.key or ""),
                 verify_jwks=args.verify_card,
                 streaming=streaming,
                 call_timeout=args.timeout,
+                allow_plaintext_credentials=args.allow_plaintext_credentials,
             ),
         )
     except CallError:

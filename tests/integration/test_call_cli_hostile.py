@@ -14,12 +14,16 @@ import json
 import ssl
 import threading
 from collections.abc import Callable
+from concurrent import futures
+from types import SimpleNamespace
 from typing import Any
 
+import grpc
 import pytest
 
 from tests.call_util import cli
 from tests.process import free_port
+from tests.security_util import make_pki
 
 ERASE = "\x1b[2K\x1b[1A"  # erase the line, move up: rewrites what a person approves
 TOKEN = "h0stile-test-t0ken-" + "z" * 20
@@ -229,3 +233,124 @@ def test_url_credentials_are_not_printed(agent, tmp_path):
     failed = cli("download", url, "--task", "t-1", "-o", str(tmp_path))
     assert failed.returncode == 6, failed.stderr
     assert "QUERY-s3cret" not in failed.stderr and "token=***&name=r.txt" in failed.stderr
+
+
+# ----------------------------------------------------------------------------- TLS downgrade
+
+# Connections to 0.0.0.0 reach the loopback listeners (Linux), but 0.0.0.0 is no loopback
+# address, so the client treats the interface as one across the network, as it would
+# treat the attacker's host; the listeners can tell whether a credential arrived.
+ELSEWHERE = "0.0.0.0"
+
+
+class GrpcRecorder(grpc.GenericRpcHandler):
+    """A plaintext gRPC server on loopback that notes the metadata of each call and answers
+    UNIMPLEMENTED."""
+
+    def __init__(self) -> None:
+        self.metadata: list[dict[str, str]] = []
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[self])
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def service(self, handler_call_details):
+        self.metadata.append(dict(handler_call_details.invocation_metadata))
+        return None
+
+    @property
+    def authorizations(self) -> list[str | None]:
+        return [m.get("authorization") for m in self.metadata]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("hostile-pki"))
+
+
+@pytest.fixture
+def over_tls(pki):
+    """A hostile agent whose card comes over https (a certificate --cacert trusts), and a
+    plaintext gRPC and HTTP listener its card can point at."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.server_pem, pki.server_key)
+    tls_agent, plain, recorder = HostileAgent(tls=context), HostileAgent(), GrpcRecorder()
+    plain.answer("GetTask", _task())
+    yield SimpleNamespace(agent=tls_agent, plain=plain, grpc=recorder, ca=pki.ca_pem)
+    recorder.server.stop(None)
+    tls_agent.close()
+    plain.close()
+
+
+def _plaintext_interface(env: SimpleNamespace, binding: str, host: str) -> tuple[str, str]:
+    if binding == "GRPC":
+        return f"grpc://{host}:{env.grpc.port}", "GRPC"
+    path = "/rpc" if binding == "JSONRPC" else ""
+    return f"http://{host}:{env.plain.port}{path}", binding
+
+
+def _authorizations(env: SimpleNamespace, binding: str) -> list[str | None]:
+    if binding == "GRPC":
+        return env.grpc.authorizations
+    return [headers.get("authorization") for _, headers in env.plain.seen]
+
+
+@pytest.mark.parametrize("binding", ["GRPC", "JSONRPC", "HTTP+JSON"])
+def test_credentials_never_go_in_plaintext_to_an_interface_a_tls_card_names(over_tls, binding):
+    iface, protocol = _plaintext_interface(over_tls, binding, ELSEWHERE)
+    url = over_tls.agent.serve_card(card_of(iface, protocol))
+    refused = cli("get", url, "--task", "t-1", "--cacert", over_tls.ca, "--bearer", TOKEN)
+    assert refused.returncode == 10, refused.stderr
+    assert "refused: the card came over https" in refused.stderr
+    assert "--allow-plaintext-credentials" in refused.stderr and TOKEN not in refused.stderr
+    assert _authorizations(over_tls, binding) == []  # not even a connection with no header
+    # the user's explicit say-so sends them (which shows the listener would have seen them)
+    allowed = cli(
+        "get", url, "--task", "t-1", "--cacert", over_tls.ca, "--bearer", TOKEN,
+        "--allow-plaintext-credentials",
+    )  # fmt: skip
+    assert allowed.returncode in (0, 8), allowed.stderr  # 8: the gRPC recorder answers no A2A
+    assert _authorizations(over_tls, binding) == [f"Bearer {TOKEN}"]
+
+
+@pytest.mark.parametrize("binding", ["GRPC", "JSONRPC"])
+def test_loopback_interfaces_and_calls_without_credentials_are_not_refused(over_tls, binding):
+    iface, protocol = _plaintext_interface(over_tls, binding, "127.0.0.1")
+    url = over_tls.agent.serve_card(card_of(iface, protocol))
+    local = cli("get", url, "--task", "t-1", "--cacert", over_tls.ca, "--bearer", TOKEN)
+    assert local.returncode in (0, 8), local.stderr
+    assert _authorizations(over_tls, binding) == [f"Bearer {TOKEN}"]
+    iface, protocol = _plaintext_interface(over_tls, binding, ELSEWHERE)
+    url = over_tls.agent.serve_card(card_of(iface, protocol))
+    anonymous = cli("get", url, "--task", "t-1", "--cacert", over_tls.ca)
+    assert anonymous.returncode in (0, 8), anonymous.stderr
+    assert _authorizations(over_tls, binding) == [f"Bearer {TOKEN}", None]
+    # `card` only shows the card: no call carries the credentials, nothing to refuse
+    shown = cli("card", url, "--cacert", over_tls.ca, "--bearer", TOKEN)
+    assert shown.returncode == 0, shown.stderr
+
+
+def test_a_download_from_a_plaintext_origin_of_a_tls_card_gets_no_credentials(over_tls, tmp_path):
+    sha = "ab" * 32
+    part = {
+        "url": f"http://{ELSEWHERE}:{over_tls.plain.port}/files/{sha}",
+        "filename": "f.txt",
+        "metadata": {"a2a_service": {"sha256": sha}},
+    }
+    agent = over_tls.agent
+    agent.answer("GetTask", _task(artifacts=[{"artifactId": "a", "parts": [part]}]))
+    # the TLS interface is the one used; the card also names a plaintext one, the download's
+    card = card_of(agent.origin + "/rpc")
+    card["supportedInterfaces"].append(
+        {
+            "url": f"http://{ELSEWHERE}:{over_tls.plain.port}/rpc",
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }
+    )
+    url = agent.serve_card(card)
+    args = ("download", url, "--task", "t-1", "-o", str(tmp_path), "--cacert", over_tls.ca)
+    refused = cli(*args, "--bearer", TOKEN)
+    assert refused.returncode == 10, refused.stderr
+    assert "the download http://" in refused.stderr
+    assert over_tls.plain.seen == [] and list(tmp_path.iterdir()) == []
+    assert agent.seen[-1][1]["authorization"] == f"Bearer {TOKEN}"  # GetTask, over TLS
