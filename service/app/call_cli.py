@@ -7,6 +7,7 @@ only when a command runs, so `--help` works without the optional `client` extra 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 PROG = "a2a-call"
@@ -35,7 +36,11 @@ VALUE_OPTIONS = {
     "--history-length",
     "--output",
     "-o",
+    "--max-download",
 }
+DEFAULT_MAX_DOWNLOAD = "1G"
+_SIZE = re.compile(r"\s*(\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*", re.IGNORECASE)
+_UNITS = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 DESCRIPTION = """Call an A2A 1.0 agent: fetch its card (URL/.well-known/agent-card.json, or a full
 card URL), pick the first interface it offers that this client speaks (JSON-RPC, HTTP+JSON,
@@ -65,9 +70,11 @@ exit codes:
   6  unreachable: no connection, DNS, TLS handshake, timed out
   7  not authenticated or not allowed (HTTP 401/403, gRPC UNAUTHENTICATED/PERMISSION_DENIED)
   8  protocol error: the agent answered with an A2A error, or not with A2A
-  9  not verified: --verify-card refused the card, or a download's SHA-256 did not match
+  9  not verified: --verify-card refused the card, or a download's SHA-256 or size did not
+     match
  10  refused as unsafe: credentials would go in plaintext to an interface of a card that
-     came over https (see --allow-plaintext-credentials)"""
+     came over https (see --allow-plaintext-credentials), a download over --max-download,
+     or a file:// download"""
 
 
 def _common() -> argparse.ArgumentParser:
@@ -117,6 +124,15 @@ def _common() -> argparse.ArgumentParser:
     auth.add_argument("--cert", metavar="PEM", help="client certificate (mTLS)")
     auth.add_argument("--key", metavar="PEM", help="its private key")
     return common
+
+
+def byte_size(text: str) -> int:
+    """A positive byte count: 1048576, 500K, 100M, 2G (binary units; KiB, MB and the like
+    mean the same)."""
+    match = _SIZE.fullmatch(text)
+    if not match or int(match[1]) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a positive size, e.g. 1048576, 500M or 2G")
+    return int(match[1]) * _UNITS[match[2] and match[2].lower()]
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +238,14 @@ def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "-o", "--output", metavar="PATH", help="file (one artifact) or directory (default: .)"
     )
     download.add_argument("--force", action="store_true", help="overwrite existing files")
+    download.add_argument(
+        "--max-download",
+        type=byte_size,
+        default=byte_size(DEFAULT_MAX_DOWNLOAD),
+        metavar="SIZE",
+        help=f"abort a file larger than this (default {DEFAULT_MAX_DOWNLOAD}: 1 GiB); a file "
+        "is also aborted past the byteSize it declares. file:// URLs are never read",
+    )
     return parser, commands
 
 

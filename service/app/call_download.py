@@ -3,20 +3,22 @@ the SHA-256 (and size) its part declares before it gets its name.
 
 A stored file is a `url` part with `filename`, `mediaType` and metadata
 `a2a_service.sha256` / `a2a_service.byteSize` (on the part or its artifact). The bytes
-are fetched with the run's credentials only from the agent's own origin; a `file://` URL
-(a server on the same host) is read directly.
+are fetched over http(s), with the run's credentials only from the agent's own origin, and
+never past the size the part declares nor past `--max-download`: a remote agent decides
+the URL, so an endless body would otherwise fill the disk. A `file://` URL is never read:
+it would let the agent copy any file the user can read into the download directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pathlib
 import re
 import tempfile
 import urllib.parse
-import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,17 +114,57 @@ def target_path(output: str | None, file: StoredFile, several: bool) -> pathlib.
     return out
 
 
-async def fetch(conn: Connection, file: StoredFile, dest: pathlib.Path, *, force: bool) -> int:
-    """Write the bytes next to DEST, check them, then rename; returns the byte count."""
+@dataclass(frozen=True)
+class Cap:
+    """The most bytes one download may bring: the size the part declares, and the
+    --max-download limit; past either it is aborted."""
+
+    file: StoredFile
+    limit: int
+
+    def check(self, size: int) -> None:
+        """Refuse SIZE bytes (so far, or announced) if they are more than allowed."""
+        declared = self.file.byte_size
+        if declared is not None and size > declared:
+            raise CallError(
+                Exit.NOT_VERIFIED,
+                f"{self.file.filename}: more than the {declared} bytes the artifact declares; "
+                "aborted, nothing written",
+            )
+        if size > self.limit:
+            raise CallError(
+                Exit.REFUSED,
+                f"{self.file.filename}: larger than --max-download ({self.limit} bytes); "
+                "aborted, nothing written",
+            )
+
+
+async def fetch(
+    conn: Connection,
+    file: StoredFile,
+    dest: pathlib.Path,
+    *,
+    force: bool,
+    limit: int,
+) -> int:
+    """Write the bytes next to DEST, check them, then rename; returns the byte count. The
+    download stops as soon as it is larger than allowed (`Cap`: the declared size, LIMIT
+    bytes: --max-download), and what it wrote goes."""
+    cap = Cap(file, limit)
+    cap.check(file.byte_size or 0)  # a declared size over the limit: not even started
+    _refuse_local(file.url)
     fd, tmp = _temp_beside(dest, force)
     digest = hashlib.sha256()
     size = 0
     try:
-        with os.fdopen(fd, "wb") as sink:
-            async for chunk in _chunks(conn, file.url):
-                digest.update(chunk)
-                size += len(chunk)
-                sink.write(chunk)
+        # aclosing: an aborted download closes its connection at once, not when collected
+        async with contextlib.aclosing(_chunks(conn, file.url, cap)) as body:
+            with os.fdopen(fd, "wb") as sink:
+                async for chunk in body:
+                    size += len(chunk)
+                    cap.check(size)
+                    digest.update(chunk)
+                    sink.write(chunk)
         if digest.hexdigest() != file.sha256:
             raise CallError(
                 Exit.NOT_VERIFIED,
@@ -155,31 +197,31 @@ def _discard(tmp: str) -> None:
     pathlib.Path(tmp).unlink(missing_ok=True)
 
 
-def _file_chunks(url: str) -> Iterator[bytes]:
-    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(CHUNK):
-                yield chunk
-    except OSError as exc:
-        raise CallError(Exit.PROTOCOL, f"{url}: cannot read it ({exc.strerror})") from None
-
-
-async def _chunks(conn: Connection, url: str) -> AsyncIterator[bytes]:
+def _refuse_local(url: str) -> None:
+    """The agent names the URL: a file:// one would have the client copy a local file of the
+    user's (or read /dev/zero forever) on the agent's say. Never, loopback agent or not."""
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme == "file":
-        for chunk in _file_chunks(url):
-            yield chunk
-        return
+        raise CallError(
+            Exit.REFUSED,
+            f"{url}: a local file; a2a-call never reads file:// URLs an agent names",
+        )
     if scheme not in ("http", "https"):
-        raise CallError(Exit.PROTOCOL, f"{url}: not an http(s) or file URL")
-    headers = conn.credentials_for(url)
+        raise CallError(Exit.PROTOCOL, f"{url}: not an http(s) URL")
+
+
+async def _chunks(conn: Connection, url: str, cap: Cap) -> AsyncGenerator[bytes, None]:
+    # identity: what a compressed body would inflate to is not what Content-Length says
+    headers = {"Accept-Encoding": "identity", **conn.credentials_for(url)}
     try:
         async with conn.http.stream("GET", url, headers=headers) as response:
             if response.status_code in (401, 403):
                 raise CallError(Exit.UNAUTHENTICATED, f"{url}: HTTP {response.status_code}")
             if response.status_code != 200:
                 raise CallError(Exit.PROTOCOL, f"{url}: HTTP {response.status_code}")
+            announced = response.headers.get("content-length", "")
+            if announced.isdigit():
+                cap.check(int(announced))
             async for chunk in response.aiter_bytes(CHUNK):
                 yield chunk
     except httpx.HTTPError as exc:

@@ -27,8 +27,8 @@ class Exit(enum.IntEnum):
     UNREACHABLE = 6  # no connection, DNS, TLS handshake, timed out
     UNAUTHENTICATED = 7  # 401/403, gRPC UNAUTHENTICATED / PERMISSION_DENIED
     PROTOCOL = 8  # an A2A error reply, or an answer that is not A2A
-    NOT_VERIFIED = 9  # --verify-card refused the card, or a download's SHA-256 did not match
-    REFUSED = 10  # unsafe, so not done: credentials in plaintext after a TLS card, ...
+    NOT_VERIFIED = 9  # --verify-card refused the card, or a download's SHA-256 or size
+    REFUSED = 10  # unsafe: plaintext credentials after a TLS card, over --max-download, file://
 
 
 class CallError(Exception):

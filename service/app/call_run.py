@@ -403,7 +403,10 @@ async def download(conn: Connection, args: argparse.Namespace, printer: Printer)
     files = call_download.select(call_download.stored_files(task), args.name, args.all)
     for file in files:
         dest = call_download.target_path(args.output, file, len(files) > 1)
-        size = await _bounded(conn.timeout, call_download.fetch(conn, file, dest, force=args.force))
+        size = await _bounded(
+            conn.timeout,
+            call_download.fetch(conn, file, dest, force=args.force, limit=args.max_download),
+        )
         if printer.as_json:
             print(
                 json.dumps(

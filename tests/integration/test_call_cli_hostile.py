@@ -9,6 +9,7 @@ what reached the agent, what was written to disk.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.server
 import json
 import ssl
@@ -354,3 +355,86 @@ def test_a_download_from_a_plaintext_origin_of_a_tls_card_gets_no_credentials(ov
     assert "the download http://" in refused.stderr
     assert over_tls.plain.seen == [] and list(tmp_path.iterdir()) == []
     assert agent.seen[-1][1]["authorization"] == f"Bearer {TOKEN}"  # GetTask, over TLS
+
+
+# ----------------------------------------------------------------------------- downloads
+
+SHA = "ab" * 32  # what the endless bodies below will never match: they must be cut first
+
+
+def endless(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """A body with no Content-Length (it lasts until the connection closes) and far more
+    bytes than any limit these tests set; 256 MiB, not forever, so that a client which
+    stopped cutting it fails the test instead of filling the disk."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/octet-stream")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    block = b"\0" * 65536
+    for _ in range(4096):
+        handler.wfile.write(block)
+
+
+def _stored(agent: HostileAgent, url: str, sha: str = SHA, **meta: Any) -> str:
+    """The agent's card, and a task t-1 whose one stored file is at URL."""
+    part = {"url": url, "filename": "f.bin", "metadata": {"a2a_service": {"sha256": sha, **meta}}}
+    agent.answer("GetTask", _task(artifacts=[{"artifactId": "a", "parts": [part]}]))
+    return agent.serve_card(card_of(agent.origin + "/rpc"))
+
+
+@pytest.mark.timeout(60)  # the bug this guards against never ended on its own
+def test_a_body_past_its_declared_size_is_cut_and_deleted(agent, tmp_path):
+    agent.routes["/files/endless"] = endless
+    url = _stored(agent, agent.origin + "/files/endless", byteSize=10)
+    result = cli("download", url, "--task", "t-1", "-o", str(tmp_path))
+    assert result.returncode == 9, result.stderr
+    assert "more than the 10 bytes the artifact declares; aborted, nothing written" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its temporary
+
+
+@pytest.mark.timeout(60)
+def test_a_body_past_max_download_is_cut_and_deleted(agent, tmp_path):
+    agent.routes["/files/endless"] = endless
+    url = _stored(agent, agent.origin + "/files/endless")  # no size declared
+    result = cli("download", url, "--task", "t-1", "-o", str(tmp_path), "--max-download", "1M")
+    assert result.returncode == 10, result.stderr
+    assert "larger than --max-download (1048576 bytes)" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sizes_declared_or_announced_past_the_limits_are_refused_before_any_byte(agent, tmp_path):
+    body = b"0123456789" * 1000
+    agent.routes["/files/big"] = body  # served with its Content-Length: 10000
+    big = hashlib.sha256(body).hexdigest()
+    url = _stored(agent, agent.origin + "/files/big", big, byteSize=2 << 20)
+    over = cli("download", url, "--task", "t-1", "-o", str(tmp_path), "--max-download", "1MiB")
+    assert over.returncode == 10 and "larger than --max-download" in over.stderr
+    assert "/files/big" not in [path for path, _ in agent.seen]  # not even asked for
+    url = _stored(agent, agent.origin + "/files/big", big, byteSize=10)
+    short = cli("download", url, "--task", "t-1", "-o", str(tmp_path))
+    assert short.returncode == 9 and "more than the 10 bytes" in short.stderr
+    assert list(tmp_path.iterdir()) == []
+    # within both limits: saved
+    url = _stored(agent, agent.origin + "/files/big", big, byteSize=len(body))
+    fine = cli("download", url, "--task", "t-1", "-o", str(tmp_path), "--max-download", "10000")
+    assert fine.returncode == 0, fine.stderr
+    assert (tmp_path / "f.bin").read_bytes() == body
+
+
+@pytest.mark.timeout(60)
+def test_file_urls_an_agent_names_are_never_read(agent, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"the user's own file")
+    out = tmp_path / "out"
+    out.mkdir()
+    # (not file:///dev/zero: a client that read it would fill the disk, not fail the test)
+    for target, sha in (
+        (secret.as_uri(), hashlib.sha256(secret.read_bytes()).hexdigest()),  # it would verify
+        ("FILE:///etc/hostname", SHA),
+        (f"file://localhost{secret}", SHA),
+    ):
+        url = _stored(agent, target, sha)
+        result = cli("download", url, "--task", "t-1", "-o", str(out))
+        assert result.returncode == 10, result.stderr
+        assert "a2a-call never reads file:// URLs an agent names" in result.stderr
+        assert list(out.iterdir()) == []

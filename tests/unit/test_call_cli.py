@@ -3,6 +3,7 @@ file parts, safe file names, error classification and the progress line."""
 
 from __future__ import annotations
 
+import argparse
 import io
 
 import httpx
@@ -185,3 +186,30 @@ async def test_event_ids_are_noted_across_chunk_boundaries():
         "7",
         None,
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("1048576", 1 << 20),
+        ("500K", 500 << 10),
+        ("100m", 100 << 20),
+        ("2GiB", 2 << 30),
+        ("3 MB", 3 << 20),
+        ("7b", 7),
+    ],
+)
+def test_sizes_for_max_download(text, size):
+    assert call_cli.byte_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "0", "-1", "1.5G", "12X", "G"])
+def test_sizes_that_are_not(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        call_cli.byte_size(text)
+
+
+def test_a_download_is_capped_at_1_gib_unless_told():
+    commands = call_cli.build_parsers()[1]
+    assert commands["download"].parse_args(["http://a", "--task", "t"]).max_download == 1 << 30
+    assert call_cli.normalize(["--max-download", "5M", "download", "http://a"])[0] == "download"
