@@ -27,6 +27,7 @@ VALUE_OPTIONS = {
     "--key",
     "--verify-card",
     "--timeout",
+    "--idle-timeout",
     "--binding",
     "--grpc",
     "--after",
@@ -39,6 +40,8 @@ VALUE_OPTIONS = {
     "--max-download",
 }
 DEFAULT_MAX_DOWNLOAD = "1G"
+DEFAULT_TIMEOUT = 30.0  # as call_client.DEFAULT_TIMEOUT_SECONDS (kept free of the a2a-sdk)
+DEFAULT_IDLE_TIMEOUT = 300.0  # as call_client.DEFAULT_IDLE_SECONDS
 _SIZE = re.compile(r"\s*(\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*", re.IGNORECASE)
 _UNITS = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -67,7 +70,7 @@ exit codes:
   3  the task was canceled or rejected
   4  the task needs input (a permission request nobody answered, or a question)
   5  the task needs authentication (auth-required)
-  6  unreachable: no connection, DNS, TLS handshake, timed out
+  6  unreachable: no connection, DNS, TLS handshake, timed out (--timeout, --idle-timeout)
   7  not authenticated or not allowed (HTTP 401/403, gRPC UNAUTHENTICATED/PERMISSION_DENIED)
   8  protocol error: the agent answered with an A2A error, or not with A2A
   9  not verified: --verify-card refused the card, or a download's SHA-256 or size did not
@@ -97,7 +100,16 @@ def _common() -> argparse.ArgumentParser:
         "--timeout",
         type=float,
         metavar="SECONDS",
-        help="give up on any one call (a whole stream included) after this long",
+        help="give up on any one call (a whole stream or download included) after this long; "
+        f"default: {DEFAULT_TIMEOUT:g} s for the card and each unary call, none for a stream "
+        "or download as a whole (see --idle-timeout)",
+    )
+    where.add_argument(
+        "--idle-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up on a stream, a --no-stream send or a download when no event (or no "
+        f"bytes) came for this long (default {DEFAULT_IDLE_TIMEOUT:g} s; 0: wait forever)",
     )
     where.add_argument(
         "--verify-card",

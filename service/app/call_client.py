@@ -37,6 +37,11 @@ from service.cards.signing import ASYMMETRIC_ALGS, SigningError, verify_card_jso
 
 WELL_KNOWN_CARD = "/.well-known/agent-card.json"
 CONNECT_TIMEOUT_SECONDS = 10.0
+# Without --timeout: the card (and its --verify-card keys) and each unary call get this
+# long; a stream, a --no-stream send (it waits for the agent's turn) and a download get
+# DEFAULT_IDLE_SECONDS between two events or chunks (--idle-timeout), and no bound as a whole.
+DEFAULT_TIMEOUT_SECONDS = 30.0
+DEFAULT_IDLE_SECONDS = 300.0
 MAX_CARD_BYTES = 4 * 1024 * 1024
 BINDINGS = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON", "http+json": "HTTP+JSON", "grpc": "GRPC"}
 SPOKEN = ("JSONRPC", "HTTP+JSON", "GRPC")
@@ -238,14 +243,21 @@ class Connection:
     client: Client
     http: httpx.AsyncClient
     headers: dict[str, str]
-    timeout: float | None
+    timeout: float | None  # --timeout: any one call, a whole stream included
     guard: PlaintextGuard
+    idle_timeout: float | None = DEFAULT_IDLE_SECONDS  # between two events (None: no bound)
     channel: grpc.aio.Channel | None = None
     event_ids: EventIds = field(default_factory=lambda: EventIds())
 
     @property
     def binding(self) -> str:
         return self.interface.protocol_binding
+
+    @property
+    def call_timeout(self) -> float:
+        """The bound of a unary call: --timeout, else the default (never none: an agent that
+        answers a byte a second must not hold the run forever)."""
+        return self.timeout or DEFAULT_TIMEOUT_SECONDS
 
     def call_context(self, extra: dict[str, str] | None = None) -> ClientCallContext:
         return ClientCallContext(service_parameters={**self.headers, **(extra or {})})
@@ -344,8 +356,9 @@ class _NotingIds(httpx.AsyncByteStream):
 
 
 def http_client(tls: Tls, https: bool, ids: EventIds | None = None) -> httpx.AsyncClient:
-    """The one httpx client of a run: no read timeout (streams idle between events; --timeout
-    bounds a call), a connect timeout, TLS from --cacert/--cert/--key, A2A-Version: 1.0."""
+    """The one httpx client of a run: no read timeout (streams idle between events; calls are
+    bounded as a whole by call_run, streams between events), a connect timeout, TLS from
+    --cacert/--cert/--key, A2A-Version: 1.0."""
     verify: ssl.SSLContext | bool = tls.ssl_context() if (tls.configured or https) else True
     return httpx.AsyncClient(
         verify=verify,
@@ -426,6 +439,7 @@ async def connect(
     verify_jwks: str | None,
     streaming: bool,
     call_timeout: float | None,
+    idle_timeout: float | None = DEFAULT_IDLE_SECONDS,
     allow_plaintext_credentials: bool = False,
 ) -> Connection:
     """Fetch (and with --verify-card verify) the card, pick the interface, build the client;
@@ -488,6 +502,7 @@ async def connect(
             headers=headers,
             timeout=call_timeout,
             guard=guard,
+            idle_timeout=idle_timeout,
             channel=channel,
             event_ids=event_ids,
         )

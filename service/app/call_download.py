@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from a2a.types import a2a_pb2 as sdk
 
-from service.app.call_client import Connection
+from service.app.call_client import CONNECT_TIMEOUT_SECONDS, Connection
 from service.app.call_errors import CallError, Exit
 from service.app.call_metadata import namespace_of
 
@@ -213,8 +213,10 @@ def _refuse_local(url: str) -> None:
 async def _chunks(conn: Connection, url: str, cap: Cap) -> AsyncGenerator[bytes, None]:
     # identity: what a compressed body would inflate to is not what Content-Length says
     headers = {"Accept-Encoding": "identity", **conn.credentials_for(url)}
+    # a download has no bound as a whole (it may be large); its reads have the idle one
+    timeout = httpx.Timeout(conn.idle_timeout, connect=CONNECT_TIMEOUT_SECONDS)
     try:
-        async with conn.http.stream("GET", url, headers=headers) as response:
+        async with conn.http.stream("GET", url, headers=headers, timeout=timeout) as response:
             if response.status_code in (401, 403):
                 raise CallError(Exit.UNAUTHENTICATED, f"{url}: HTTP {response.status_code}")
             if response.status_code != 200:

@@ -19,7 +19,15 @@ from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 
 from service.app import call_download, call_permission
-from service.app.call_client import Connection, Credentials, Tls, binding_of, connect
+from service.app.call_client import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
+    Connection,
+    Credentials,
+    Tls,
+    binding_of,
+    connect,
+)
 from service.app.call_errors import CallError, Exit, classify
 from service.app.call_render import EXIT_OF_STATE, Printer, message_text, state_name
 from service.app.call_safe import printable
@@ -62,13 +70,16 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
         raise CallError(Exit.USAGE, "give the agent's URL (or --grpc HOST:PORT)")
     if args.timeout is not None and args.timeout <= 0:
         raise CallError(Exit.USAGE, "--timeout must be a positive number of seconds")
+    if args.idle_timeout is not None and args.idle_timeout < 0:
+        raise CallError(Exit.USAGE, "--idle-timeout must be a number of seconds (0: no bound)")
+    idle = DEFAULT_IDLE_SECONDS if args.idle_timeout is None else args.idle_timeout or None
     streaming = not getattr(args, "no_stream", False)
     credentials = Credentials.from_args(args.bearer, args.api_key, args.basic, args.api_key_header)
     if args.command == "card" and not args.grpc:
         credentials = Credentials()  # it shows the fetched card: no call carries credentials
     try:
         conn = await _bounded(
-            args.timeout,
+            args.timeout or DEFAULT_TIMEOUT_SECONDS,
             connect(
                 args.url,
                 grpc_address=args.grpc,
@@ -78,6 +89,7 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
                 verify_jwks=args.verify_card,
                 streaming=streaming,
                 call_timeout=args.timeout,
+                idle_timeout=idle,
                 allow_plaintext_credentials=args.allow_plaintext_credentials,
             ),
         )
@@ -98,12 +110,35 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
 
 
 async def _bounded(seconds: float | None, call: Awaitable[T]) -> T:
-    """`call`, given up after --timeout seconds (exit 6)."""
+    """`call`, given up after SECONDS (exit 6); None: not bounded."""
     try:
         async with asyncio.timeout(seconds):
             return await call
     except TimeoutError:
-        raise CallError(Exit.UNREACHABLE, f"timed out after {seconds:g} s") from None
+        raise CallError(Exit.UNREACHABLE, f"timed out after {seconds:g} s (--timeout)") from None
+
+
+async def _events(
+    stream: AsyncIterator[sdk.StreamResponse], idle: float | None
+) -> AsyncIterator[sdk.StreamResponse]:
+    """The stream's events, given up (exit 6) when none comes for IDLE seconds: a stream may
+    rightly be quiet while the agent works, so it has no bound as a whole, but one that
+    trickles or says nothing must not hold the run forever. Keep-alive comments are no event."""
+    events = aiter(stream)
+    while True:
+        window = asyncio.timeout(idle)
+        try:
+            async with window:
+                event = await anext(events)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if not window.expired():
+                raise
+            raise CallError(
+                Exit.UNREACHABLE, f"no event for {idle:g} s (--idle-timeout): gave up"
+            ) from None
+        yield event
 
 
 # ----------------------------------------------------------------------------- send
@@ -194,14 +229,14 @@ async def _follow(
     conn.event_ids.reset()
 
     async def drain() -> None:
-        async for event in stream:
+        async for event in _events(stream, conn.idle_timeout):
             outcome.see(event)
             event_id = conn.event_ids.take()
             outcome.last_event_id = event_id or outcome.last_event_id
             printer.event(event, event_id)
 
     try:
-        await _bounded(conn.timeout, drain())
+        await _bounded(conn.timeout, drain())  # None by default: bounded between events
     except (CallError, BrokenPipeError):
         _resume_hint(outcome, printer)
         raise
@@ -238,7 +273,7 @@ def _decision(args: argparse.Namespace, envelope: dict[str, Any], printer: Print
 
 async def _pending_envelope(conn: Connection, task_id: str) -> dict[str, Any]:
     task = await _bounded(
-        conn.timeout,
+        conn.call_timeout,
         conn.client.get_task(sdk.GetTaskRequest(id=task_id), context=conn.call_context()),
     )
     envelope = call_permission.find_envelope(task)
@@ -319,7 +354,7 @@ def _finish(outcome: Outcome, printer: Printer, conn: Connection) -> Exit:
 async def card(conn: Connection, args: argparse.Namespace, printer: Printer) -> Exit:
     if conn.card_json is None:  # --grpc: ask the server for its card
         got = await _bounded(
-            conn.timeout,
+            conn.call_timeout,
             conn.client.get_extended_agent_card(
                 sdk.GetExtendedAgentCardRequest(), context=conn.call_context()
             ),
@@ -334,7 +369,9 @@ async def get(conn: Connection, args: argparse.Namespace, printer: Printer) -> E
     request = sdk.GetTaskRequest(id=args.task)
     if args.history_length is not None:
         request.history_length = args.history_length
-    task = await _bounded(conn.timeout, conn.client.get_task(request, context=conn.call_context()))
+    task = await _bounded(
+        conn.call_timeout, conn.client.get_task(request, context=conn.call_context())
+    )
     printer.task(task)
     return Exit.COMPLETED
 
@@ -358,7 +395,7 @@ async def list_tasks(conn: Connection, args: argparse.Namespace, printer: Printe
     if args.page_token:
         request.page_token = args.page_token
     page = await _bounded(
-        conn.timeout, conn.client.list_tasks(request, context=conn.call_context())
+        conn.call_timeout, conn.client.list_tasks(request, context=conn.call_context())
     )
     printer.tasks(page)
     return Exit.COMPLETED
@@ -366,7 +403,7 @@ async def list_tasks(conn: Connection, args: argparse.Namespace, printer: Printe
 
 async def cancel(conn: Connection, args: argparse.Namespace, printer: Printer) -> Exit:
     task = await _bounded(
-        conn.timeout,
+        conn.call_timeout,
         conn.client.cancel_task(sdk.CancelTaskRequest(id=args.task), context=conn.call_context()),
     )
     printer.task(task)
@@ -397,14 +434,14 @@ async def subscribe(conn: Connection, args: argparse.Namespace, printer: Printer
 
 async def download(conn: Connection, args: argparse.Namespace, printer: Printer) -> Exit:
     task = await _bounded(
-        conn.timeout,
+        conn.call_timeout,
         conn.client.get_task(sdk.GetTaskRequest(id=args.task), context=conn.call_context()),
     )
     files = call_download.select(call_download.stored_files(task), args.name, args.all)
     for file in files:
         dest = call_download.target_path(args.output, file, len(files) > 1)
         size = await _bounded(
-            conn.timeout,
+            conn.timeout,  # None by default: the body is bounded between chunks (idle)
             call_download.fetch(conn, file, dest, force=args.force, limit=args.max_download),
         )
         if printer.as_json:

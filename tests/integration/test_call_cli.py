@@ -290,6 +290,28 @@ def test_errors_unreachable_protocol_and_usage(ours, site):
     assert " --after 2" in slow.stderr  # 1: the task, 2: working "hanging"
 
 
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_a_silent_stream_is_given_up_after_the_idle_bound(ours, binding):
+    # `hang` says it is working, then nothing (SSE keep-alive comments are no event)
+    quiet = cli("--binding", binding, "--idle-timeout", "2", ours.url, "hang")
+    assert quiet.returncode == 6, quiet.stderr
+    assert "no event for 2 s (--idle-timeout): gave up" in quiet.stderr
+    assert "resume with: a2a-call subscribe … --task " in quiet.stderr
+    unary = cli("--binding", binding, "--no-stream", "--idle-timeout", "2", ours.url, "hang")
+    assert unary.returncode == 6 and "no event for 2 s" in unary.stderr
+
+
+def test_a_stream_that_keeps_talking_is_bounded_only_by_timeout(ours):
+    # `tick` sends an event every 0.05 s, far inside the idle bound, and never ends: the
+    # idle bound never fires, --timeout (the whole call) does
+    busy = cli("--idle-timeout", "3", "--timeout", "6", ours.url, "tick")
+    assert busy.returncode == 6, busy.stderr
+    assert "timed out after 6 s (--timeout)" in busy.stderr and "no event" not in busy.stderr
+    # a quiet stretch shorter than the (default) idle bound is waited through
+    patient = cli(ours.url, "sleep", "2")
+    assert patient.returncode == 0, patient.stderr
+
+
 # ----------------------------------------------------------------------------- other commands
 
 

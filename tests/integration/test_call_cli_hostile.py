@@ -13,7 +13,9 @@ import hashlib
 import http.server
 import json
 import ssl
+import subprocess
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from types import SimpleNamespace
@@ -22,8 +24,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.call_util import cli
-from tests.process import free_port
+from tests.call_util import SCRIPT, cli, cli_env
+from tests.process import ROOT, free_port
 from tests.security_util import make_pki
 
 ERASE = "\x1b[2K\x1b[1A"  # erase the line, move up: rewrites what a person approves
@@ -54,7 +56,7 @@ class HostileAgent:
 
     def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
         self.routes: dict[str, bytes | Handler] = {}
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, dict[str, Any] | Handler] = {}
         self.seen: list[tuple[str, dict[str, str]]] = []
         agent = self
 
@@ -76,6 +78,10 @@ class HostileAgent:
                 answer = agent.results.get(
                     request["method"], {"error": {"code": -32601, "message": "no such method"}}
                 )
+                if callable(answer):
+                    with contextlib.suppress(OSError):
+                        answer(self)
+                    return
                 body = {"jsonrpc": "2.0", "id": request.get("id"), **answer}
                 self._send(200, json.dumps(body).encode(), "application/json")
 
@@ -438,3 +444,57 @@ def test_file_urls_an_agent_names_are_never_read(agent, tmp_path):
         assert result.returncode == 10, result.stderr
         assert "a2a-call never reads file:// URLs an agent names" in result.stderr
         assert list(out.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- timeouts
+
+
+def trickle(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """An answer that promises a JSON body and sends a space a second (the stalling a
+    per-read timeout never catches), until the client hangs up (or ten minutes)."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", "100000")
+    handler.end_headers()
+    for _ in range(600):
+        handler.wfile.write(b" ")
+        handler.wfile.flush()
+        time.sleep(1)
+
+
+def test_a_card_or_a_unary_answer_at_a_byte_a_second_ends_without_timeout(agent):
+    """No --timeout given: the default bounds the card and each unary call (both at once:
+    it takes the default's time)."""
+    slow_card = HostileAgent()
+    slow_card.routes["/.well-known/agent-card.json"] = trickle
+    agent.results["GetTask"] = trickle
+    url = agent.serve_card(card_of(agent.origin + "/rpc"))
+    runs = [
+        subprocess.Popen(
+            [SCRIPT, *args],
+            cwd=ROOT,
+            env=cli_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in (["card", slow_card.origin], ["get", url, "--task", "t-1"])
+    ]
+    try:
+        for run in runs:
+            _, err = run.communicate(timeout=100)  # far past the default: it did not hang
+            assert run.returncode == 6, err
+            assert "timed out after 30 s (--timeout)" in err
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+        slow_card.close()
+
+
+def test_timeout_flags_are_checked(agent):
+    url = agent.serve_card(card_of(agent.origin + "/rpc"))
+    assert cli("get", url, "--task", "t", "--idle-timeout", "-1").returncode == 2
+    assert cli("get", url, "--task", "t", "--timeout", "0").returncode == 2

@@ -14,7 +14,14 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf import json_format
 
 from service.app import call_cli, call_download, call_permission
-from service.app.call_client import EventIds, card_url_of, pick_interface
+from service.app.call_client import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
+    EventIds,
+    card_url_of,
+    is_loopback,
+    pick_interface,
+)
 from service.app.call_errors import CallError, Exit, classify
 from service.app.call_render import Printer
 
@@ -213,3 +220,38 @@ def test_a_download_is_capped_at_1_gib_unless_told():
     commands = call_cli.build_parsers()[1]
     assert commands["download"].parse_args(["http://a", "--task", "t"]).max_download == 1 << 30
     assert call_cli.normalize(["--max-download", "5M", "download", "http://a"])[0] == "download"
+
+
+def test_the_parser_states_the_defaults_the_client_applies():
+    # call_cli must not import the client (no a2a-sdk for --help): it repeats the numbers
+    assert call_cli.DEFAULT_TIMEOUT == DEFAULT_TIMEOUT_SECONDS
+    assert call_cli.DEFAULT_IDLE_TIMEOUT == DEFAULT_IDLE_SECONDS
+    args = call_cli.build_parsers()[1]["get"].parse_args(["http://a", "--task", "t"])
+    assert args.timeout is None and args.idle_timeout is None  # unset: the defaults apply
+    assert call_cli.normalize(["--idle-timeout", "5", "http://a", "hi"])[:3] == [
+        "send",
+        "--idle-timeout",
+        "5",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("LOCALHOST.", True),
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", False),
+        ("10.0.0.1", False),
+        ("localhost.example.com", False),
+        ("127.0.0.1.nip.io", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_loopback_is_what_is_written_not_what_a_name_resolves_to(host, loopback):
+    assert is_loopback(host) is loopback
