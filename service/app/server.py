@@ -307,6 +307,7 @@ class Service:
             metrics=self.telemetry.metrics_text
             if self.telemetry is not None and s.metrics_endpoint and not s.metrics_port
             else None,
+            rate_limit=self.api.rate_limit if self.api is not None else None,
         )
         if self.telemetry is not None:
             app = TelemetryMiddleware(app, self.telemetry.telemetry)
