@@ -7,7 +7,8 @@
     GET  /.well-known/jwks.json         the card signing keys, when cards are signed (jwks.py)
     GET  [/{tenant}]/tasks/{taskId}/files/{sha256}
                                         a stored file artifact, to its task's owner (files.py)
-    GET  /metrics                       Prometheus text, with `metrics_endpoint` (behind the guard)
+    GET  /metrics                       Prometheus text, with `metrics_endpoint` (behind the guard,
+                                        counted by the caller's rate limit)
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
 JSON-RPC and REST sit behind the guard of auth.py, which resolves the caller once
@@ -33,7 +34,7 @@ from gateway.access import logged
 from gateway.auth import Handler, HttpAuth, anonymous
 from gateway.body import MAX_BODY_BYTES
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
-from gateway.dispatch import HttpOptions
+from gateway.dispatch import REST_JSON, HttpOptions, forward_error
 from gateway.files import FileEndpoint, FileReader
 from gateway.health import health_routes
 from gateway.invoker import Invoker
@@ -42,8 +43,10 @@ from gateway.jwks import JwksEndpoint
 from gateway.params import Caller
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
+from service.engine.limits import RateLimiter
 from service.net.access import AccessLog
 from service.net.readiness import Readiness
+from service.protocol.errors import A2AError
 from service.protocol.files import FILES_ROUTE, TENANT_FILES_ROUTE
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -53,8 +56,15 @@ METRICS_PATH = "/metrics"
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def metrics_endpoint(render: Callable[[], bytes]) -> Handler:
+def metrics_endpoint(render: Callable[[], bytes], rate_limit: RateLimiter | None) -> Handler:
+    """Prometheus text; a scrape counts against the caller's rate limit like any call."""
+
     async def metrics(request: Request, caller: Caller) -> Response:
+        if rate_limit is not None:
+            try:
+                rate_limit.check(caller.principal)
+            except A2AError as exc:
+                return forward_error(exc, REST_JSON, "metrics")
         return Response(render(), media_type=PROMETHEUS_TEXT)
 
     return metrics
@@ -78,6 +88,7 @@ def build_app(
     access: AccessLog | None = None,
     readiness: Readiness | None = None,
     metrics: Callable[[], bytes] | None = None,
+    rate_limit: RateLimiter | None = None,
 ) -> Starlette:
     """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
     credential headers for the invoker (proxy mode: the upstream authenticates again).
@@ -85,7 +96,8 @@ def build_app(
     mode, where the bytes live with the upstream). `reject_unknown_fields`: request JSON
     members that name no field are InvalidParams (else they are ignored). `access`: an
     access line per JSON-RPC and REST call (None: off). `readiness`: what `/health/ready`
-    reports besides the drain (None: ready while serving)."""
+    reports besides the drain (None: ready while serving). `rate_limit`: the API's limit per
+    principal, which `/metrics` counts against too (None: off, or kept upstream)."""
     options = HttpOptions(
         keepalive_seconds=keepalive_seconds,
         max_body_bytes=max_body_bytes,
@@ -107,7 +119,9 @@ def build_app(
         for template in (FILES_ROUTE, TENANT_FILES_ROUTE):
             routes.insert(-1, Route(template, download, methods=["GET", "HEAD"]))
     if metrics is not None:  # Prometheus text; behind the guard like every A2A route
-        routes.insert(-1, Route(METRICS_PATH, guard(metrics_endpoint(metrics)), methods=["GET"]))
+        routes.insert(
+            -1, Route(METRICS_PATH, guard(metrics_endpoint(metrics, rate_limit)), methods=["GET"])
+        )
     if jwks is not None and jwks_path:  # the card signing keys, before the REST catch-all
         routes.insert(
             -1, Route(jwks_path, JwksEndpoint(jwks, card_max_age).handle, methods=ALL_METHODS)

@@ -7,6 +7,10 @@ handled, and records `http.server.request.duration` when the response is done.
 While a request runs, `REQUEST` holds its `hub.Call`: the one HTTP tail (replies.py)
 names it after the A2A method once known, notes the principal, the task and the
 outcome, and counts its stream and events.
+
+The request's method and scheme are the caller's to choose: one outside the known sets
+(names.HTTP_METHODS, names.URL_SCHEMES) is recorded as `_OTHER`, and such a request's span
+is named `HTTP`, as OpenTelemetry's HTTP conventions say.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from service.telemetry import hub, names
 REQUEST: ContextVar[hub.Call | None] = ContextVar("a2a_http_request", default=None)
 UNTRACED = ("/health", "/metrics")  # probes and scrapes: no spans, no request metric
 _CARRIED = (hub.TRACEPARENT.encode(), hub.TRACESTATE.encode())
+_SPAN_NAMES = {method: f"HTTP {method}" for method in names.HTTP_METHODS}
+_UNKNOWN_METHOD_SPAN = "HTTP"
 
 
 class TelemetryMiddleware:
@@ -35,7 +41,14 @@ class TelemetryMiddleware:
             k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _CARRIED
         }
         binding = names.JSONRPC if scope["path"] == "/" else names.REST
-        rec = self.tel.server_call(f"HTTP {scope['method']}", binding, carrier)
+        method = scope["method"]
+        span_name = _SPAN_NAMES.get(method)
+        if span_name is None:
+            method, span_name = names.OTHER, _UNKNOWN_METHOD_SPAN
+        scheme = scope.get("scheme", "http")
+        if scheme not in names.URL_SCHEMES:
+            scheme = names.OTHER
+        rec = self.tel.server_call(span_name, binding, carrier)
         token = REQUEST.set(rec)
         status = 500
 
@@ -55,8 +68,8 @@ class TelemetryMiddleware:
             rec.end_request(
                 self.tel.http_duration,
                 (
-                    (names.HTTP_METHOD, scope["method"]),
+                    (names.HTTP_METHOD, method),
                     (names.HTTP_STATUS, status),
-                    (names.URL_SCHEME, scope.get("scheme", "http")),
+                    (names.URL_SCHEME, scheme),
                 ),
             )

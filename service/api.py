@@ -114,11 +114,16 @@ class A2AApi:
 
     # ---- shared checks -----------------------------------------------------
 
-    def _admit(self, call: CallContext, request: ProtoMessage) -> Scope:
+    def _let_in(self, call: CallContext) -> None:
+        """What every call passes first, RPC or not (a download): the drain gate and the
+        caller's rate limit."""
         if self.gate.closed:
             self.gate.check()
         if self.rate_limit is not None:
             self.rate_limit.check(call.principal)
+
+    def _admit(self, call: CallContext, request: ProtoMessage) -> Scope:
+        self._let_in(call)
         version = call.version
         if version != "1.0" and not is_supported_version(version):
             raise VersionNotSupportedError(
@@ -407,9 +412,9 @@ class A2AApi:
         self, call: CallContext, tenant: str, task_id: str, sha256: str
     ) -> StoredFile:
         """A task's stored file, for the task's owner in its tenant; anyone else gets
-        TaskNotFoundError exactly as from GetTask. A plain download: no A2A-Version needed."""
-        if self.gate.closed:
-            self.gate.check()
+        TaskNotFoundError exactly as from GetTask. A plain download: no A2A-Version needed,
+        but the caller's rate limit counts it like any call."""
+        self._let_in(call)
         check_id(tenant, "tenant")
         check_id(task_id, "taskId", required=True)
         if not SHA256_HEX.fullmatch(sha256):

@@ -18,6 +18,10 @@ before the program starts (after any permission pause) and removed after the tur
 left by a process that died during its turn goes with the idle contexts
 (`context_idle_timeout`).
 
+The program's environment is not the server's: only PATH, HOME, LANG, LC_*, TZ and
+TMPDIR are passed on, plus what `command_env` names (`program_environment`), so the
+server's credentials (A2A_* settings, OTEL_* exporter headers) never reach the program.
+
 With `approval` (`command_approval = true`) each turn first asks permission
 (`ctx.request_permission`, tool name `command`, target = the command line, summary = the
 message text summarised, secrets masked in both): `allow_once` runs the program, `deny`
@@ -37,7 +41,7 @@ import shutil
 import signal
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from google.protobuf import json_format
 
@@ -54,6 +58,13 @@ FLUSH_SECONDS = 0.5  # a held-back stdout chunk goes out after this much silence
 STDERR_TAIL = 2000
 OUTPUT_DIR_ENV = "A2A_OUTPUT_DIR"
 DENIED_MESSAGE = "The caller denied permission to run the command; it was not run."
+# What the program gets of the server's environment unless `command_env` names more.
+INHERITED_ENV = frozenset(("PATH", "HOME", "LANG", "TZ", "TMPDIR"))
+INHERITED_ENV_PREFIX = "LC_"
+# The server's own variables: its settings (credentials among them) and its telemetry's
+# (exporter headers, client keys). Refused even when `command_env` names them.
+SERVER_ENV_PREFIXES = ("A2A_", "OTEL_")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_NAME = (
     r"[A-Za-z0-9_.-]*(?:pass(?:word|wd)?|secret|token|key|auth|credential|private)[A-Za-z0-9_.-]*"
 )
@@ -84,7 +95,11 @@ class CommandAgent:
         kill_grace_seconds: float = 5.0,
         output_root: str | pathlib.Path | None = None,
         approval: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """`env`: the program's environment without A2A_OUTPUT_DIR (`program_environment`;
+        default: what it passes on of this process's environment)."""
+        self.env = dict(program_environment() if env is None else env)
         self.argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
         if not self.argv:
             raise ValueError("the command agent needs a program to run (--command / A2A_COMMAND)")
@@ -173,7 +188,7 @@ class CommandAgent:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            env={**os.environ, OUTPUT_DIR_ENV: str(outputs)},
+            env={**self.env, OUTPUT_DIR_ENV: str(outputs)},
         )
         try:
             await ctx.working()
@@ -278,6 +293,54 @@ class CommandAgent:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+
+
+def program_environment(
+    entries: Sequence[str] = (),
+    source: Mapping[str, str] | None = None,
+    secret_files: Sequence[str] = (),
+) -> dict[str, str]:
+    """The program's environment (A2A_OUTPUT_DIR is added per turn): PATH, HOME, LANG, LC_*,
+    TZ and TMPDIR of `source` (default: this process's environment), then the `command_env`
+    `entries`: `NAME` passes the variable of `source` on when it is set, `NAME=VALUE` sets it.
+
+    An allow-list, because the server's environment holds its credentials. ValueError for
+    a name of the server's own (A2A_*, OTEL_*, in any case) and for a value that names one
+    of the server's `secret_files`: the operator asked for something that must not leak.
+    """
+    source = os.environ if source is None else source
+    env = {
+        name: value
+        for name, value in source.items()
+        if name in INHERITED_ENV or name.startswith(INHERITED_ENV_PREFIX)
+    }
+    protected = {os.path.realpath(path) for path in secret_files}
+    for entry in entries:
+        name, assigned, value = entry.partition("=")
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"{entry!r} is not NAME or NAME=VALUE (NAME: letters, digits, _)")
+        if name.upper().startswith(SERVER_ENV_PREFIXES):
+            raise ValueError(
+                f"{name}: the server's own variables (A2A_*, OTEL_*) are never passed to the "
+                "program; give it a name of its own (NAME=VALUE)"
+            )
+        if not assigned:
+            if name not in source:
+                continue
+            value = source[name]
+        if protected and _names_one_of(value, protected):
+            raise ValueError(
+                f"{name}: its value names a file holding the server's keys or secrets; "
+                "the program must not be pointed at it"
+            )
+        env[name] = value
+    return env
+
+
+def _names_one_of(value: str, paths: set[str]) -> bool:
+    """Whether `value`, or one entry of it as a PATH-like list, is one of `paths` (resolved)."""
+    candidates = {value, *value.split(os.pathsep)}
+    return any(os.path.realpath(c) in paths for c in candidates if c)
 
 
 def _regular_files(root: pathlib.Path) -> list[tuple[str, pathlib.Path]]:

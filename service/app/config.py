@@ -105,6 +105,16 @@ class Settings(
             '"Human in the loop")'
         },
     )
+    command_env: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "what the `command` agent's program gets of the environment besides `PATH`, "
+            "`HOME`, `LANG`, `LC_*`, `TZ`, `TMPDIR` and `A2A_OUTPUT_DIR`: `NAME` passes the "
+            "server's variable on, `NAME=VALUE` sets one (comma list in `A2A_COMMAND_ENV`). "
+            "`A2A_*` and `OTEL_*` names, and values naming a key or secret file of the "
+            "server, are refused"
+        },
+    )
     public_url: str = field(
         default="",
         metadata={"help": "base URL of the HTTP gateway as clients reach it (agent card)"},

@@ -45,6 +45,7 @@ from gateway.telemetry import TelemetryMiddleware
 from gateway.unknown_fields import REJECT
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
+from service.agents.command import program_environment
 from service.api import A2AApi
 from service.app.config import ConfigError, Settings, secret_files, secrets
 from service.app.housekeeping import Housekeeping
@@ -135,6 +136,8 @@ def _bind_reason(host: str, port: int, reuse_port: bool = False) -> str:
 def build_agent(settings: Settings) -> Agent:
     if settings.agent == "command":
         workspaces = f"{settings.data_dir}/workspaces"
+        with _setting("command_env"):
+            env = program_environment(settings.command_env, os.environ, secret_files(settings))
         return load_agent(
             "command",
             argv=settings.command,
@@ -142,6 +145,7 @@ def build_agent(settings: Settings) -> Agent:
             output_root=f"{settings.data_dir}/outputs",
             kill_grace_seconds=settings.command_grace_seconds,
             approval=settings.command_approval,
+            env=env,
         )
     return load_agent(settings.agent)
 
@@ -303,6 +307,7 @@ class Service:
             metrics=self.telemetry.metrics_text
             if self.telemetry is not None and s.metrics_endpoint and not s.metrics_port
             else None,
+            rate_limit=self.api.rate_limit if self.api is not None else None,
         )
         if self.telemetry is not None:
             app = TelemetryMiddleware(app, self.telemetry.telemetry)

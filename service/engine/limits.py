@@ -49,7 +49,7 @@ class LimitSettings:
     rate_limit_per_principal: float = field(
         default=0.0,
         metadata={
-            "help": "requests per second per principal (token bucket, every A2A method on every binding; health and the card are not counted); `0` = off"
+            "help": "requests per second per principal (token bucket, every A2A method on every binding, file downloads and the gateway's `/metrics`; health, the card and the JWKS are not counted); `0` = off"
         },
     )
     rate_limit_burst: int = field(

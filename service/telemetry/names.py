@@ -51,6 +51,15 @@ URL_SCHEME = "url.scheme"
 GRPC, JSONRPC, REST = "GRPC", "JSONRPC", "HTTP+JSON"
 OK = "OK"
 
+# ---- closed sets for values a caller chooses: anything else is recorded as OTHER, so no
+# caller can add a metric series (or a span name) per value it makes up. The HTTP methods
+# are those OpenTelemetry's HTTP semantic conventions know (case-sensitive: `get` is OTHER).
+OTHER = "_OTHER"
+HTTP_METHODS = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+)
+URL_SCHEMES = frozenset(("http", "https"))
+
 
 @dataclass(frozen=True)
 class MetricName:

@@ -115,6 +115,37 @@ async def test_rate_limit_refuses_the_flooding_principal_on_every_binding(limite
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+async def test_downloads_and_metrics_count_against_the_rate_limit(limited):
+    """The authenticated routes that are no RPC: the file download and /metrics."""
+    # A burst of 4 at 0.01 per second: the message takes one token, three downloads the
+    # rest, and nothing refills during the test.
+    _, stub, _, pooled = await limited(
+        rate_limit_per_principal=0.01, rate_limit_burst=4, metrics_endpoint=True
+    )
+    reply = await stub.SendMessage(
+        pb.SendMessageRequest(message=user_message("file report.txt kept")),
+        metadata=creds("alice"),
+    )
+    url = reply.task.artifacts[0].parts[0].url
+    # A connection per request: a refused connection is paused (back-pressure), a new one not.
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=pooled.base_url, limits=fresh, timeout=20) as http:
+        burst = [await http.get(url, headers=headers("alice")) for _ in range(5)]
+        assert [r.status_code for r in burst] == [200, 200, 200, 429, 429]
+        assert burst[0].content == b"kept"
+        for response in burst[3:]:
+            assert_429(response, "rate_limit_per_principal")
+        # HEAD is a download too; and alice is refused on the RPCs as well: one bucket.
+        head = await http.head(url, headers=headers("alice"))
+        assert head.status_code == 429 and int(head.headers["Retry-After"]) >= 1
+        refused_rpc = await http.get("/tasks", headers=headers("alice"))
+        assert_429(refused_rpc, "rate_limit_per_principal")
+        assert_429(await http.get("/metrics", headers=headers("alice")), "rate_limit_per_principal")
+        # Another principal has its own bucket: it gets the 404 of a task it cannot see.
+        assert (await http.get(url, headers=headers("bob"))).status_code == 404
+        assert (await http.get("/metrics", headers=headers("bob"))).status_code == 200
+
+
 async def test_turns_per_principal_are_limited_and_come_back(limited):
     _, stub, _, http = await limited(max_concurrent_turns_per_principal=1)
     immediately = pb.SendMessageConfiguration(return_immediately=True)

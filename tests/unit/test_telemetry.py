@@ -306,3 +306,34 @@ def test_the_inlined_call_start_sets_what_lightspan_sets():
         assert hasattr(inlined, slot) and hasattr(general, slot), slot
         if slot not in ("trace_id", "span_id", "parent_id", "start_time", "_context", "attributes"):
             assert getattr(inlined, slot) == getattr(general, slot) or slot == "events", slot
+
+
+async def test_http_methods_and_schemes_outside_the_known_sets_are_other():
+    from gateway.telemetry import TelemetryMiddleware
+
+    async def answer_405(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 405, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def no_body() -> dict:
+        return {"type": "http.request", "body": b""}
+
+    async def drop(message) -> None:
+        return None
+
+    sink = Collect()
+    tel = hub.Telemetry(LightTracer(sink))
+    app = TelemetryMiddleware(answer_405, tel)
+    for method, scheme in (("BREW", "http"), ("get", "https"), ("GET", "gopher")):
+        scope = {"type": "http", "method": method, "path": "/tasks", "scheme": scheme}
+        await app({**scope, "headers": []}, no_body, drop)
+    assert [span.name for span in sink.spans] == ["HTTP", "HTTP", "HTTP GET"]
+    recorded = {
+        (attrs[names.HTTP_METHOD], attrs[names.URL_SCHEME], attrs[names.METHOD])
+        for attrs, *_ in tel.http_duration.snapshot()
+    }
+    assert recorded == {
+        ("_OTHER", "http", "HTTP"),
+        ("_OTHER", "https", "HTTP"),
+        ("GET", "_OTHER", "HTTP GET"),
+    }
