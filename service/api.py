@@ -85,6 +85,13 @@ class PushConfigs(Protocol):
     ) -> tuple[list[pb.TaskPushNotificationConfig], str | None]:
         """Ordered by config id; (configs, last id when more follow else None)."""
 
+    async def new_task_config(
+        self, scope: Scope, config: pb.TaskPushNotificationConfig
+    ) -> pb.TaskPushNotificationConfig:
+        """Prepare a new task's config (it gets every event); returns it as the engine stores
+        it with the task's first events."""
+        ...
+
     async def delete_config(self, scope: Scope, task_id: str, config_id: str) -> bool: ...
 
 
@@ -198,10 +205,11 @@ class A2AApi:
                 scope, message, caller, return_immediately=return_immediately, stream=stream
             )
         elif not follow_up:
-            # A new task's config is stored before its agent may run, and gets every event.
-            async def store_first(task_id: str) -> None:
+            # A new task's config gets every event: prepared before its agent may run, and
+            # stored with the task's first events.
+            async def store_first(task_id: str) -> list[pb.TaskPushNotificationConfig]:
                 stored.task_id = task_id
-                await self._store_push_config(scope, stored, 0)
+                return [await self._configs().new_task_config(scope, stored)]
 
             turn = await self.engine.send(
                 scope,

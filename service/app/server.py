@@ -74,6 +74,7 @@ from service.permission.policy import policy_from_settings as permission_policy
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
+from service.push.dispatcher import ORPHAN_SECONDS
 from service.store import Scope, Store, open_store, redact_url
 from service.store.blobs import LocalBlobStore
 from service.telemetry.setup import Installed, start_metrics_listener
@@ -91,6 +92,7 @@ RESPONSE_FLUSH_SECONDS = 2.0  # after the drain: time for answers already made t
 # After SIGTERM, how long past `drain_seconds` closing the parts may take before the process
 # gives up on the one that is stuck and exits 1 (naming it), rather than hang until a KILL.
 STOP_OVERRUN_SECONDS = 8.0
+ORPHAN_MARGIN_SECONDS = 10.0  # after max_turn_seconds: the failed turn's commit
 
 
 class StartupError(Exception):
@@ -131,6 +133,15 @@ def _bind_reason(host: str, port: int, reuse_port: bool = False) -> str:
     except OSError as exc:
         return exc.strerror or os.strerror(exc.errno or errno.EADDRINUSE)
     return ""
+
+
+def orphan_cursor_seconds(s: Settings) -> float:
+    """How long a push cursor may wait for its new task to be stored. A task is stored at
+    its agent's first event; with `max_turn_seconds` the first turn ends (FAILED if need
+    be) within it, so a task still not stored a margin later never will be."""
+    if s.max_turn_seconds > 0:
+        return s.max_turn_seconds + ORPHAN_MARGIN_SECONDS
+    return ORPHAN_SECONDS
 
 
 def build_agent(settings: Settings) -> Agent:
@@ -376,7 +387,9 @@ class Service:
         push_key = "push_redis_url" if s.push_queue == "redis-streams" else "push_queue"
         if s.push_notifications:
             with _setting(push_key):
-                self.push = PushNotifications.from_settings(s, self.store, s.data_dir)
+                self.push = PushNotifications.from_settings(
+                    s, self.store, s.data_dir, orphan_seconds=orphan_cursor_seconds(s)
+                )
         blobs = self._blob_store()
         self.files = self._file_artifacts(blobs)
         with _setting("bus"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
@@ -24,6 +24,7 @@ from service.engine.stream import EventStream
 from service.engine.watchdog import TurnWatchdog
 from service.permission.policy import ASK, PermissionPolicy
 from service.protocol.errors import (
+    A2AError,
     InternalError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -213,13 +214,15 @@ class Engine:
         *,
         return_immediately: bool = False,
         stream: bool = False,
-        before_start: Callable[[str], Awaitable[None]] | None = None,
+        before_start: Callable[[str], Awaitable[Sequence[pb.TaskPushNotificationConfig]]]
+        | None = None,
     ) -> Turn:
         """Start a new task's turn or resume an interrupted task. The agent is already running
         when this returns; with `stream`, `Turn.events` yields the turn's events.
 
-        `before_start(task_id)`, for a new task: what must be stored with the request before
-        its agent may run (its push config); if it fails, nothing runs and nothing is stored."""
+        `before_start(task_id)`, for a new task: what must happen before its agent may run;
+        it returns the push configs to store with the task's first events. If it fails,
+        nothing runs."""
         if message.task_id:
             return await self._follow_up(scope, message, caller, stream)
         if self.turns is not None:
@@ -240,15 +243,15 @@ class Engine:
         caller: Caller,
         return_immediately: bool,
         stream: bool,
-        before_start: Callable[[str], Awaitable[None]] | None,
+        before_start: Callable[[str], Awaitable[Sequence[pb.TaskPushNotificationConfig]]] | None,
     ) -> Turn:
         context_id = message.context_id or uuid7()
         task_id = uuid7()
-        if before_start is not None:
-            await before_start(task_id)
+        configs = tuple(await before_start(task_id)) if before_start is not None else ()
         message.context_id = context_id
         message.task_id = task_id
         run = self._new_run(scope, task_id, context_id, None, first_message=message)
+        run.first_commit_configs = configs
         run.holds_slot = self.turns is not None
         turn = Turn(run, run.start_turn())
         if stream:  # subscribe before anything can be emitted
@@ -329,12 +332,16 @@ class Engine:
         if stream:
             turn.events = self.subscribe_run(run)
         if answer is not None:
+            ack = acknowledge(run, answer)
             try:  # the decision is acted on only once its audit record is durable
-                await run.committed(acknowledge(run, answer))
-            except InternalError:
-                turn.outcome = await not_recorded(run, answer, previous, message)
-                self._free_slot(run)  # no agent was started to give it back
-                return turn
+                await run.committed(ack)
+            except A2AError:
+                # Not stored, or not yet: what is not stored by now is dropped, and without
+                # a durable record the decision is not acted on.
+                if await run.abandon_uncommitted(ack):
+                    turn.outcome = await not_recorded(run, answer, previous, message)
+                    self._free_slot(run)  # no agent was started to give it back
+                    return turn
             if run.state in TERMINAL:  # canceled while the record was being committed
                 self._free_slot(run)
                 return turn
@@ -746,6 +753,8 @@ class Engine:
         """Stop every agent coroutine, settle the tasks they were working on (FAILED with
         SHUTDOWN_MESSAGE), and commit everything; returns how many tasks were stopped."""
         runs = list(self._runs.values())
+        for run in runs:  # the drain waited for the store already: one more attempt each
+            run.give_up_commits()
         stopped = 0
         stopping = []
         for run in runs:

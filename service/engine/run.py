@@ -24,12 +24,16 @@ from service.permission.envelope import namespace_of
 from service.protocol.errors import InternalError, InvalidAgentResponseError, UnavailableError
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
-from service.store import Scope, StoredEvent, TaskStore
+from service.store import Scope, StoredEvent, TaskStore, WriteConflict
 from service.telemetry import hub
 
 log = logging.getLogger("service.run")
 
 SNAPSHOT_SEQ = 0  # sequence of synthetic events that are never stored (direct replies)
+COMMIT_RETRY_SECONDS = (
+    0.05,
+    2.0,
+)  # pause before retrying a commit the store refused: first, longest
 
 
 def task_key(scope: Scope, task_id: str) -> str:
@@ -78,7 +82,13 @@ class TaskRun:
         self._drained: asyncio.Future[None] | None = None  # resolved when a flush loop ends
         self._on_idle = on_idle
         self._on_commit = on_commit  # e.g. push delivery: sees every committed batch, in order
+        # Set while the store does not take this run's commits (what waiters are told); the
+        # events stay queued and are retried. `broken`: the run stopped for good.
         self.failed_commit: BaseException | None = None
+        self.broken = False
+        self._give_up: asyncio.Future[None] | None = None
+        # Push configs stored in the same write as the task's first events (Engine.send).
+        self.first_commit_configs: tuple[pb.TaskPushNotificationConfig, ...] = ()
         self.committed_seq = seq
         self._commit_signal: asyncio.Future[None] | None = None
         # While the agent is still emitting, a commit waits until `pace` after the
@@ -260,7 +270,9 @@ class TaskRun:
 
     def force_state(self, state: pb.TaskState, text: str) -> None:
         """Engine-made terminal state (cancel, failure, restart recovery)."""
-        if self.direct_reply is not None or (self.task is not None and self.state in TERMINAL):
+        if self.broken or self.direct_reply is not None:
+            return
+        if self.task is not None and self.state in TERMINAL:
             return
         self.materialize()
         msg = pb.Message(message_id=f"{self.task_id}-{self.seq + 1}", role=pb.ROLE_AGENT)
@@ -283,6 +295,8 @@ class TaskRun:
             del self.task.metadata.fields[NAMESPACE]
 
     def _check_open(self) -> None:
+        if self.broken:
+            raise UnavailableError("This task can no longer be stored here.", retry_after=1.0)
         if self.direct_reply is not None:
             raise InvalidAgentResponseError("The agent already answered with a direct message.")
         if self.task is not None and self.state in TERMINAL:
@@ -348,7 +362,7 @@ class TaskRun:
             return
         self._flushing = True
         try:
-            while self._pending:
+            while self._pending and not self.broken:
                 if self._pace and self.agent_alive and self.input_waiter is None:
                     await self._linger()
                 batch, self._pending = self._pending, []
@@ -358,32 +372,8 @@ class TaskRun:
                     if self.agent_alive:
                         claim()  # queued on the bus before this commit's events
                         self.owned = True
-                trace = self.trace
-                started = time.perf_counter() if trace is not None else 0.0
-                try:
-                    # save() serializes before it yields, so later mutations cannot leak in.
-                    await self.store.save(self.scope, self.task, batch)
-                except Exception as exc:
-                    if trace is not None:
-                        trace.committed(len(batch), time.perf_counter() - started, failed=True)
-                    # The run cannot go on consistently: every waiter learns it now.
-                    self.failed_commit = exc
-                    self._pending = []
-                    log.error("commit failed for task %s", self.task_id, exc_info=exc)
-                    # A store that is down says so (UNAVAILABLE: retry); anything else is ours.
-                    error = (
-                        exc
-                        if isinstance(exc, UnavailableError)
-                        else InternalError("The task could not be stored.")
-                    )
-                    self._resolve_turn(None, error=error)
-                    # Its streams end now too, whether or not the agent is still running.
-                    self.bus.close_topic(self.key, error)
-                    if self._commit_signal is not None and not self._commit_signal.done():
-                        self._commit_signal.set_result(None)
+                if not await self._commit(batch):
                     return
-                if trace is not None:
-                    trace.committed(len(batch), time.perf_counter() - started)
                 self.committed_seq = batch[-1].seq
                 self._last_save = asyncio.get_running_loop().time()
                 if self._commit_signal is not None and not self._commit_signal.done():
@@ -398,6 +388,149 @@ class TaskRun:
             if self._drained is not None and not self._drained.done():
                 self._drained.set_result(None)
             self._drained = None
+
+    async def _commit(self, batch: list[StoredEvent]) -> bool:
+        """Store `batch` (extended by what is emitted while it waits): a task's log never
+        skips a number. A store that is away (UnavailableError) is retried until it takes
+        the commit or the retries are given up; then, as on any other failure, the events
+        that were not stored are dropped and the next one reuses their numbers. False when
+        `batch` was not stored."""
+        assert self.task is not None
+        todo = list(batch)  # the part not stored yet (an ambiguous commit may store a prefix)
+        pause = COMMIT_RETRY_SECONDS[0]
+        while True:
+            if self._pending:  # emitted meanwhile: it joins this commit, with its snapshot
+                batch += self._pending
+                todo += self._pending
+                self._pending = []
+            trace = self.trace
+            started = time.perf_counter() if trace is not None else 0.0
+            try:
+                # save() serializes before it yields, so later mutations cannot leak in.
+                if self.first_commit_configs:
+                    await self.store.save(
+                        self.scope, self.task, todo, configs=self.first_commit_configs
+                    )
+                else:
+                    await self.store.save(self.scope, self.task, todo)
+            except Exception as exc:
+                if trace is not None:
+                    trace.committed(len(todo), time.perf_counter() - started, failed=True)
+                if isinstance(exc, WriteConflict):
+                    left = await self._unstored(todo)
+                    if left is None:
+                        self._break(exc)
+                        return False
+                    if left is not todo:  # a commit whose answer was lost had gone through
+                        if not left:
+                            break
+                        todo = left
+                        continue
+                    exc = UnavailableError("The task store is unreachable.", retry_after=1.0)
+                self._commit_stalled(exc)
+                if not isinstance(exc, UnavailableError) or not await self._retry_pause(pause):
+                    self._rewind(todo, exc)
+                    return False
+                pause = min(pause * 2, COMMIT_RETRY_SECONDS[1])
+                continue
+            if trace is not None:
+                trace.committed(len(todo), time.perf_counter() - started)
+            break
+        self.first_commit_configs = ()
+        if self.failed_commit is not None:
+            log.warning("task %s: the store took its events again; nothing was lost", self.task_id)
+            self.failed_commit = None
+        return True
+
+    async def _unstored(self, todo: list[StoredEvent]) -> list[StoredEvent] | None:
+        """After WriteConflict: `todo` without the events the store already has from us (a
+        commit whose answer was lost), or None when another writer stored any of them. On a
+        failed read, `todo` itself (the caller treats it as the store being away)."""
+        try:
+            stored = await self.store.events_after(self.scope, self.task_id, todo[0].seq - 1)
+        except Exception:
+            return todo
+        mine = {e.seq: e.event for e in todo}
+        kept = 0
+        for event in stored:
+            if mine.get(event.seq) != event.event:
+                return None  # not ours: a sequence we did not write, or other content
+            kept += 1
+        return todo[kept:]
+
+    def _commit_stalled(self, exc: BaseException) -> None:
+        """The store did not take a commit: everyone waiting on this turn learns it now."""
+        if self.failed_commit is not None:
+            return
+        log.error("commit failed for task %s", self.task_id, exc_info=exc)
+        # A store that is down says so (UNAVAILABLE: retry); anything else is ours.
+        self.failed_commit = (
+            exc
+            if isinstance(exc, UnavailableError)
+            else InternalError("The task could not be stored.")
+        )
+        self._resolve_turn(None, error=self.failed_commit)
+        # Its streams end now too, whether or not the agent is still running.
+        self.bus.close_topic(self.key, self.failed_commit)
+        if self._commit_signal is not None and not self._commit_signal.done():
+            self._commit_signal.set_result(None)
+
+    async def _retry_pause(self, seconds: float) -> bool:
+        """Wait before the next attempt; False when the retries are given up."""
+        if self._give_up is None:
+            self._give_up = asyncio.get_running_loop().create_future()
+        if not self._give_up.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._give_up), seconds)
+            except TimeoutError:
+                pass
+        return not self._give_up.done()
+
+    def _rewind(self, todo: list[StoredEvent], exc: BaseException) -> None:
+        """Drop what the store did not take; the next event reuses the first free number."""
+        lost = len(todo) + len(self._pending)
+        self._pending = []
+        self.seq = self.committed_seq
+        log.error("task %s: %d event(s) were not stored (%s)", self.task_id, lost, exc)
+
+    def give_up_commits(self) -> None:
+        """Shutdown: a commit waiting for the store to come back is not tried again."""
+        if self._give_up is None:
+            self._give_up = asyncio.get_running_loop().create_future()
+        if not self._give_up.done():
+            self._give_up.set_result(None)
+
+    async def abandon_uncommitted(self, seq: int) -> bool:
+        """Stop retrying what the store has not taken and drop it; False when event `seq` was
+        stored after all (by the attempt that was on its way)."""
+        self.give_up_commits()
+        try:
+            await self.flushed()
+        except Exception:
+            pass
+        self._give_up = None
+        return self.committed_seq < seq
+
+    def _break(self, exc: BaseException) -> None:
+        """Another writer stored events of this task: this run stops (its agent too) rather
+        than write past them; the store keeps the task as that writer left it."""
+        self.broken = True
+        lost = len(self._pending) + self.seq - self.committed_seq
+        self._pending = []
+        log.error(
+            "task %s: %d event(s) not stored: another writer has the task (%s)",
+            self.task_id,
+            lost,
+            exc,
+        )
+        error = self.failed_commit or InternalError("The task could not be stored.")
+        self.failed_commit = error
+        self._resolve_turn(None, error=error)
+        self.bus.close_topic(self.key, error)
+        if self._commit_signal is not None and not self._commit_signal.done():
+            self._commit_signal.set_result(None)
+        if self.agent_task is not None and not self.agent_task.done():
+            self.agent_task.cancel()
 
     async def _linger(self) -> None:
         """Wait until `pace` after the previous commit, or until the turn ends."""
@@ -421,7 +554,7 @@ class TaskRun:
         """Wait until event `seq` is durable (not for later events to be emitted)."""
         while self.committed_seq < seq:
             if self.failed_commit is not None:
-                raise InternalError("The task could not be stored.")
+                raise self.failed_commit
             if self._commit_signal is None or self._commit_signal.done():
                 self._commit_signal = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._commit_signal)
@@ -436,7 +569,7 @@ class TaskRun:
             else:
                 await self._flush()
         if self.failed_commit is not None:
-            raise InternalError("The task could not be stored.")
+            raise self.failed_commit
 
     def _resolve_turn(self, reply: pb.Message | None, error: BaseException | None = None) -> None:
         if self.turn is not None and not self.turn.done():

@@ -9,9 +9,12 @@ moving the cursor in the same step. One catch-up per task runs at a time.
 
 So nothing depends on the in-memory call: if the process dies between the
 commit and the enqueue, the cursor still points before the event, and the
-catch-up that `start` runs for every task with cursors finds it in the store.
-A cursor is created (durably) before its config is stored and dropped after a
-terminal event was enqueued or when its config is deleted.
+look over every cursor (`reconcile`) that `start` runs, and every process
+repeats each `push_reconcile_seconds`, finds it in the store: also when that
+process never comes back and another one must deliver. A cursor is created
+(durably) before its config is stored (a new task's config is stored with its
+first events) and dropped after a terminal event was enqueued, when its config
+is deleted, or when its task was never stored.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ from service.telemetry import hub
 log = logging.getLogger("service.push")
 
 RETRY_FAILED_SECONDS = 2.0
+# A cursor whose task is not stored this long after it was first seen so belongs to a task
+# that never will be (its process stopped first, or the agent answered with a message).
+# A new task is stored at its agent's first event, so with max_turn_seconds the root makes
+# this that bound plus a margin.
+ORPHAN_SECONDS = 24 * 3600.0
 
 
 def event_json(event: pb.StreamResponse) -> str:
@@ -49,9 +57,21 @@ def is_final(event: pb.StreamResponse) -> bool:
 
 
 class Dispatcher:
-    def __init__(self, store: Store, queue: PushQueue, *, parallel: int = 16) -> None:
+    def __init__(
+        self,
+        store: Store,
+        queue: PushQueue,
+        *,
+        parallel: int = 16,
+        reconcile_seconds: float = 0.0,
+        orphan_seconds: float = ORPHAN_SECONDS,
+    ) -> None:
         self.store = store  # the plain store: only ids and events are read here
         self.queue = queue
+        self.reconcile_seconds = reconcile_seconds  # 0: only at start
+        self.orphan_seconds = orphan_seconds
+        self._orphans: dict[CursorKey, float] = {}  # cursor -> when first seen without task
+        self._reconciler: asyncio.Task[None] | None = None
         self._started = False
         self._stopping = False
         self._dirty: set[TaskKey] = set()  # poked before start
@@ -92,32 +112,69 @@ class Dispatcher:
     # ---- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Reconcile: drop cursors of vanished configs and finished tasks, catch up the rest."""
-        for key in await self.queue.cursor_tasks():
-            scope, task_id = Scope(key[0], key[1]), key[2]
-            task = await self.store.get(scope, task_id)
-            last = await self.store.last_seq(scope, task_id) if task is not None else 0
-            for config_id, seq in (await self.queue.cursors(key)).items():
-                cursor = (*key, config_id)
-                config = (
-                    await self.store.get_push_config(scope, task_id, config_id) if task else None
-                )
-                if (
-                    config is None
-                    or task is None
-                    or (task.status.state in TERMINAL and seq >= last)
-                ):
-                    await self.queue.drop_cursor(cursor)
-                    continue
-                self._known.add(cursor)
-            self._dirty.add(key)
+        """Look over every cursor once (see `reconcile`), then take the engine's pokes."""
+        await self.reconcile()
         self._started = True
         dirty, self._dirty = self._dirty, set()
         for key in dirty:
             self.poke(key)
+        if self.reconcile_seconds > 0:
+            self._reconciler = asyncio.get_running_loop().create_task(
+                self._reconcile_every(self.reconcile_seconds), name="push-reconcile"
+            )
+
+    async def reconcile(self) -> None:
+        """Every cursor: catch up its task when the store has events past it (committed by a
+        process that stopped before enqueueing them), drop it when its task is over and
+        enqueued. A cursor whose task or config is not stored may belong to a task another
+        process is creating right now: it is dropped only once it has been seen so for
+        `orphan_seconds` (a task that was never stored, or a config never finished)."""
+        now = time.monotonic()
+        orphans: dict[CursorKey, float] = {}
+        for key in await self.queue.cursor_tasks():
+            scope, task_id = Scope(key[0], key[1]), key[2]
+            task = await self.store.get(scope, task_id)
+            last = await self.store.last_seq(scope, task_id) if task is not None else 0
+            behind = False
+            for config_id, seq in (await self.queue.cursors(key)).items():
+                cursor = (*key, config_id)
+                if task is not None and task.status.state in TERMINAL and seq >= last:
+                    await self.queue.drop_cursor(cursor)
+                    self._known.discard(cursor)
+                    continue
+                if task is None or (
+                    cursor not in self._known
+                    and await self.store.get_push_config(scope, task_id, config_id) is None
+                ):
+                    since = self._orphans.get(cursor, now)
+                    if now - since >= self.orphan_seconds:
+                        log.info("push: dropped the cursor of task %s (never stored)", task_id)
+                        await self.queue.drop_cursor(cursor)
+                        self._known.discard(cursor)
+                    else:
+                        orphans[cursor] = since
+                    continue
+                self._known.add(cursor)
+                behind = behind or seq < last
+            if behind:
+                self.poke(key)
+        self._orphans = orphans
+
+    async def _reconcile_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the store or the queue is away: next round
+                log.warning("push dispatcher: looking over the cursors failed (%s)", exc)
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            await asyncio.gather(self._reconciler, return_exceptions=True)
         for handle in self._later:
             handle.cancel()
         running = list(self._running.values())

@@ -7,14 +7,16 @@ API ---------------> check_url (ssrf) / store_config / delete_config (cursor + s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import pathlib
+import socket
 
 from gen import a2a_pb2 as pb
 from service.protocol.states import TERMINAL
 from service.push.crypto import SealedConfigStore, SecretBox, load_keys
 from service.push.delivery import DeliveryWorker, RetryPolicy
-from service.push.dispatcher import Dispatcher
+from service.push.dispatcher import ORPHAN_SECONDS, Dispatcher
 from service.push.queue_base import PushQueue
 from service.push.settings import PushSettings
 from service.push.ssrf import CallbackPolicy, CallbackUnresolvable
@@ -24,6 +26,14 @@ from service.store import Scope, Store, StoredEvent
 log = logging.getLogger("service.push")
 
 QUEUE_DIR = "push-queue"
+
+
+def consumer_name(data_dir: str) -> str:
+    """The default Redis consumer of this process: the host and its data directory, so two
+    processes on one host (`--workers`: DATA_DIR/worker-I) never share one, and a process
+    restarted on the same data takes its own unfinished deliveries back at once."""
+    where = hashlib.sha256(str(pathlib.Path(data_dir).resolve()).encode()).hexdigest()[:10]
+    return f"{socket.gethostname()}:{where}"
 
 
 def open_queue(s: PushSettings, data_dir: str) -> PushQueue:
@@ -38,7 +48,7 @@ def open_queue(s: PushSettings, data_dir: str) -> PushQueue:
             retry_key=s.push_redis_retry_key,
             dead_stream=s.push_redis_dead_stream,
             group=s.push_redis_group,
-            consumer=s.push_redis_consumer,
+            consumer=s.push_redis_consumer or consumer_name(data_dir),
             lease_seconds=s.push_lease_seconds,
         )
     from service.push.queue_file import FileQueue
@@ -58,12 +68,16 @@ class PushNotifications:
         timeout: float = 10.0,
         concurrency: int = 32,
         host_concurrency: int = 8,
+        reconcile_seconds: float = 0.0,
+        orphan_seconds: float = ORPHAN_SECONDS,
     ) -> None:
         self.plain_store = store  # tasks and events; configs only for their ids (dispatcher)
         self.configs = SealedConfigStore(store, box)  # configs as the API and delivery see them
         self.queue = queue
         self.policy = policy
-        self.dispatcher = Dispatcher(store, queue)
+        self.dispatcher = Dispatcher(
+            store, queue, reconcile_seconds=reconcile_seconds, orphan_seconds=orphan_seconds
+        )
         self.client = CallbackClient(policy, timeout=timeout, max_connections=concurrency)
         self.worker = DeliveryWorker(
             queue,
@@ -76,7 +90,16 @@ class PushNotifications:
         self._worker_task: asyncio.Task | None = None
 
     @classmethod
-    def from_settings(cls, s: PushSettings, store: Store, data_dir: str) -> PushNotifications:
+    def from_settings(
+        cls,
+        s: PushSettings,
+        store: Store,
+        data_dir: str,
+        *,
+        orphan_seconds: float = ORPHAN_SECONDS,
+    ) -> PushNotifications:
+        """`orphan_seconds`: how long a cursor may wait for its task to be stored (a bound
+        on a new task's first turn, when the root knows one)."""
         return cls(
             store,
             open_queue(s, data_dir),
@@ -91,6 +114,8 @@ class PushNotifications:
             timeout=s.push_timeout_seconds,
             concurrency=s.push_concurrency,
             host_concurrency=s.push_host_concurrency,
+            reconcile_seconds=s.push_reconcile_seconds,
+            orphan_seconds=orphan_seconds,
         )
 
     # ---- lifecycle ---------------------------------------------------------------
@@ -142,6 +167,17 @@ class PushNotifications:
         await self.configs.put_push_config(scope, config)
         self.dispatcher.config_known(cursor, True)
         self.dispatcher.poke(key)
+
+    async def new_task_config(
+        self, scope: Scope, config: pb.TaskPushNotificationConfig
+    ) -> pb.TaskPushNotificationConfig:
+        """A new task's config: its cursor (from the first event) is written now, before the
+        agent may run; the config itself, sealed as returned here, is stored by the engine in
+        the same write as the task's first events, so a config never outlives a task that
+        was not stored. A cursor whose task never appears is dropped later (Dispatcher)."""
+        cursor = (scope.tenant, scope.owner, config.task_id, config.id)
+        await self.queue.start_cursor(cursor, 0)
+        return self.configs.box.seal_config(config)
 
     async def delete_config(self, scope: Scope, task_id: str, config_id: str) -> bool:
         cursor = (scope.tenant, scope.owner, task_id, config_id)

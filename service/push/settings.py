@@ -83,6 +83,14 @@ class PushSettings:
             "(must exceed `push_timeout_seconds`)"
         },
     )
+    push_reconcile_seconds: float = field(
+        default=30.0,
+        metadata={
+            "help": "how often the dispatcher looks over every cursor: catches up tasks whose "
+            "events another (stopped) process committed but did not enqueue, and drops the "
+            "cursors of tasks that were never stored"
+        },
+    )
     push_redis_url: str = field(
         default="redis://127.0.0.1:6379/0", metadata={"help": "Redis for `redis-streams`"}
     )
@@ -110,7 +118,7 @@ class PushSettings:
         default="",
         metadata={
             "help": "this replica's consumer name (stable across restarts, distinct per replica)",
-            "default": "the host name",
+            "default": "`HOST:HASH`, the host name and a hash of the data directory",
         },
     )
 
@@ -142,6 +150,7 @@ def validate_push(s: PushSettings) -> None:
         "push_max_age_seconds",
         "push_retry_base_seconds",
         "push_lease_seconds",
+        "push_reconcile_seconds",
     )
     for key in positive:
         if getattr(s, key) <= 0:

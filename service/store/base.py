@@ -10,6 +10,7 @@ both, so configs share the tasks' durability.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -66,8 +67,16 @@ class TaskStore(Protocol):
 
     async def close(self) -> None: ...
 
-    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
-        """Insert or replace the task snapshot and append its new events, atomically.
+    async def save(
+        self,
+        scope: Scope,
+        task: pb.Task,
+        events: list[StoredEvent],
+        configs: Sequence[pb.TaskPushNotificationConfig] = (),
+    ) -> None:
+        """Insert or replace the task snapshot and append its new events, atomically; with
+        `configs`, also put those push configs in the same write (a new task's configs go
+        with its first events, so no config exists without its task).
 
         Returns only after the write is durable (survives kill -9 of this process).
         Order of calls is order of commit.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import os
+from collections.abc import Sequence
 
 from gen import a2a_pb2 as pb
 from service.protocol.states import TERMINAL
@@ -26,11 +27,19 @@ class MemoryTaskStore:
     async def close(self) -> None:
         return None
 
-    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
+    async def save(
+        self,
+        scope: Scope,
+        task: pb.Task,
+        events: list[StoredEvent],
+        configs: Sequence[pb.TaskPushNotificationConfig] = (),
+    ) -> None:
         key = (scope, task.id)
         self._tasks[key] = task.SerializeToString()
         if events:
             self._events.setdefault(key, []).extend(events)
+        for config in configs:
+            await self.put_push_config(scope, config)
 
     async def get(self, scope: Scope, task_id: str) -> pb.Task | None:
         raw = self._tasks.get((scope, task_id))

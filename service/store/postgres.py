@@ -49,7 +49,7 @@ import asyncio
 import builtins
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -336,7 +336,13 @@ class PostgresTaskStore:
         else:
             self._next_commit = loop.call_soon(self._dispatch)
 
-    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
+    async def save(
+        self,
+        scope: Scope,
+        task: pb.Task,
+        events: list[StoredEvent],
+        configs: Sequence[pb.TaskPushNotificationConfig] = (),
+    ) -> None:
         # Serialized now, so later changes to `task` by the caller are not stored.
         args = (
             scope.tenant,
@@ -348,6 +354,7 @@ class PostgresTaskStore:
             events[-1].seq if events else 0,
             task.SerializeToString(),
             [(e.seq, e.event.SerializeToString()) for e in events],
+            [(c.task_id, c.id, c.SerializeToString()) for c in configs],
         )
         await self._write("save", args)
 
@@ -521,13 +528,17 @@ async def _run_batch(
     writes join it in one transaction."""
     saves = [args for kind, args, _ in batch if kind == "save"]
     others = [(i, kind, args) for i, (kind, args, _) in enumerate(batch) if kind != "save"]
+    # Push configs that go with a task's first events (TaskStore.save `configs`).
+    configs = [(args[0], args[1], *config) for args in saves for config in args[9]]
     results: list[tuple[Any, BaseException | None]] = [(None, None)] * len(batch)
-    if not others:
+    if not others and not configs:
         await conn.execute(_SAVE_MANY, *_save_columns(saves))
         return results
     async with conn.transaction():
         if saves:
             await conn.execute(_SAVE_MANY, *_save_columns(saves))
+        for row in configs:
+            await conn.execute(_PUT_CONFIG, *row)
         for i, kind, args in others:
             if kind == "put":
                 await conn.execute(_PUT_CONFIG, *args)

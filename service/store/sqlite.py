@@ -54,7 +54,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -364,6 +364,9 @@ def _w_save_many(conn: sqlite3.Connection, saves: list[tuple]) -> None:
     if runs:
         rows = [(*key, evs[-1][0], evs[0][0], _pack_events(evs)) for key, evs in runs.items()]
         _insert(conn, _EVENT_INSERT, 6, rows)
+    for args in saves:  # push configs that go with a task's first events (rare)
+        for task_id, config_id, payload in args[8]:
+            _w_put_config(conn, args[0], args[1], task_id, config_id, payload)
 
 
 def _w_save(
@@ -376,9 +379,12 @@ def _w_save(
     status_us: int,
     snapshot: bytes,
     events: list[tuple[int, bytes]],
+    configs: list[tuple[str, str, bytes]],
 ) -> None:
     """One `save` (when a batch is replayed call by call)."""
-    _w_save_many(conn, [(tenant, owner, task_id, context_id, state, status_us, snapshot, events)])
+    _w_save_many(
+        conn, [(tenant, owner, task_id, context_id, state, status_us, snapshot, events, configs)]
+    )
 
 
 def _w_put_config(
@@ -758,7 +764,13 @@ class SqliteTaskStore:
             self._schedule(when)
         return fut
 
-    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
+    async def save(
+        self,
+        scope: Scope,
+        task: pb.Task,
+        events: list[StoredEvent],
+        configs: Sequence[pb.TaskPushNotificationConfig] = (),
+    ) -> None:
         # Serialized now, so later mutations of `task` by the caller are not stored.
         args = (
             scope.tenant,
@@ -769,6 +781,7 @@ class SqliteTaskStore:
             status_micros(task),
             task.SerializeToString(),
             [(e.seq, e.event.SerializeToString()) for e in events],
+            [(c.task_id, c.id, c.SerializeToString()) for c in configs],
         )
         await self._write(_w_save, args)
 

@@ -405,6 +405,25 @@ async def test_push_config_crud(store):
     assert [c.id for c in configs] == ["c2"]
 
 
+async def test_a_new_tasks_configs_are_stored_with_its_first_events(store):
+    # Two tasks created in one batch (the group commit), each with its config.
+    one, two = make_task("one"), make_task("two")
+    await asyncio.gather(
+        store.save(A, one, [status_event(one, 1)], configs=[make_config("one", "c1")]),
+        store.save(A, two, [status_event(two, 1)], configs=[make_config("two", "c2")]),
+    )
+    assert (await store.get_push_config(A, "one", "c1")).token == "tok"
+    assert (await store.get_push_config(A, "two", "c2")) is not None
+    if isinstance(store, MemoryTaskStore):
+        return  # no second writer to refuse a sequence
+    # A save another writer beat (its sequence is taken) stores none of its configs either.
+    again = make_task("one", state=WORKING)
+    with pytest.raises(RuntimeError):
+        await store.save(A, again, [status_event(again, 1)], configs=[make_config("one", "c9")])
+    assert await store.get_push_config(A, "one", "c9") is None
+    assert (await store.get(A, "one")).status.state == SUBMITTED
+
+
 async def test_push_config_paging(store):
     ids = ["g", "a", "e", "c", "b", "f", "d"]
     for config_id in ids:
