@@ -17,6 +17,7 @@ from typing import Any
 from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.engine.cluster import Cluster
+from service.engine.redis_bus import redis_outage
 from service.engine.registry import Engine, Turn
 from service.engine.run import TaskRun, task_key
 from service.engine.stream import EventStream
@@ -56,7 +57,8 @@ class Peers:
         self.cluster.release(key)
 
     async def take(self, key: str) -> str | None:
-        return await self.cluster.take(key)
+        with redis_outage("cluster"):
+            return await self.cluster.take(key)
 
     # ---------------------------------------------------------------- recovery
 
@@ -99,7 +101,8 @@ class Peers:
         """Cancel a task on the live process that runs it and return the settled task;
         None when no other live process runs it (the caller cancels here)."""
         key = task_key(scope, task_id)
-        owner = await self.cluster.live_owner(key)
+        with redis_outage("cluster"):
+            owner = await self.cluster.live_owner(key)
         if owner is None:
             return None
         found = await snapshot_with_seq(self.engine.store, scope, task_id)
@@ -214,18 +217,19 @@ class Peers:
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._answers[ask_id] = answer
         try:
-            await self.cluster.tell(
-                member,
-                kind,
-                {
-                    **body,
-                    "tenant": scope.tenant,
-                    "owner": scope.owner,
-                    "task_id": task_id,
-                    "ask": ask_id,
-                    "from": self.cluster.me,
-                },
-            )
+            with redis_outage("cluster"):
+                await self.cluster.tell(
+                    member,
+                    kind,
+                    {
+                        **body,
+                        "tenant": scope.tenant,
+                        "owner": scope.owner,
+                        "task_id": task_id,
+                        "ask": ask_id,
+                        "from": self.cluster.me,
+                    },
+                )
             try:
                 found = await asyncio.wait_for(answer, ANSWER_TIMEOUT_S)
             except TimeoutError:

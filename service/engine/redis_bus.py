@@ -33,17 +33,21 @@ length: 4 bytes, serialized StreamResponse), or `R` + origin (catch up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gen import a2a_pb2 as pb
 from service.engine.bus import RESYNC, InProcessBus, QueueSubscription
+from service.protocol.errors import UnavailableError
 from service.store import StoredEvent
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,25 @@ _MAX_OUTGOING = 10_000  # messages queued for Redis; beyond, they are dropped (a
 # half the Redis CPU, and cross-process events still arrive in ~3 ms (p50).
 _PIPELINE_GAP_S = 0.002
 _HEAD = struct.Struct(">QI")
+
+# What Redis raises when it cannot be reached (down, restarting, loading its data, a
+# network fault), as redis-py and the socket report it.
+REDIS_OUTAGE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
+
+
+@contextlib.contextmanager
+def redis_outage(what: str) -> Iterator[None]:
+    """A call that needs Redis now: when Redis cannot be reached the caller gets UNAVAILABLE
+    with a retry hint (as for the store), never an internal error."""
+    try:
+        yield
+    except REDIS_OUTAGE as exc:
+        log.warning("%s: Redis unreachable (%s)", what, type(exc).__name__)
+        raise UnavailableError(
+            f"The {what} (Redis) is unreachable; retry shortly.", retry_after=1.0
+        ) from None
+
+
 _EVENTS, _RESYNC = b"E", b"R"
 
 

@@ -38,6 +38,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 from redis.typing import StreamRangeResponse, XReadGroupResponse
 
+from service.engine.redis_bus import redis_outage
 from service.push.queue_base import CursorKey, CursorMove, DeadJob, Job, Lease, TaskKey, task_hash
 
 log = logging.getLogger("service.push")
@@ -225,7 +226,8 @@ class RedisQueue:
 
     async def _run(self, name: str, keys: list[str], args: list) -> int:
         self.r  # noqa: B018 - connect lazily
-        return int(await self._scripts[name](keys=keys, args=args))
+        with redis_outage("push queue"):
+            return int(await self._scripts[name](keys=keys, args=args))
 
     # ---- lifecycle ---------------------------------------------------------
 
@@ -389,11 +391,13 @@ class RedisQueue:
     # ---- cursors -----------------------------------------------------------
 
     async def cursors(self, task: TaskKey) -> dict[str, int]:
-        found = _str_hash(await self.r.hgetall(self._cursor_key(task)))
+        with redis_outage("push queue"):
+            found = _str_hash(await self.r.hgetall(self._cursor_key(task)))
         return {k: int(v) for k, v in found.items()}
 
     async def cursor_tasks(self) -> list[TaskKey]:
-        found = await self.r.hgetall(self.cursor_index)
+        with redis_outage("push queue"):
+            found = await self.r.hgetall(self.cursor_index)
         return [tuple(json.loads(v)) for v in found.values()]
 
     async def start_cursor(self, key: CursorKey, seq: int) -> None:
