@@ -173,6 +173,7 @@ class _GrpcListener(_Listeners, Protocol):
     grpc_max_connection_idle_seconds: float
     grpc_max_connection_age_seconds: float
     grpc_max_connection_age_grace_seconds: float
+    grpc_max_concurrent_calls: int
 
 
 class _HttpListener(_Listeners, Protocol):
@@ -185,6 +186,14 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+PENDING_CALLS_MIN = 65_536
+
+
+def pending_calls(s: _GrpcListener) -> int:
+    """How many arrived calls grpc-core queues for the servicer before it cancels some."""
+    return max(PENDING_CALLS_MIN, 16 * s.grpc_max_concurrent_calls)
+
+
 def grpc_server_options(s: _GrpcListener) -> list[tuple[str, int]]:
     """grpc.aio.server channel options for the connection limits (see the module docstring)."""
     options = [
@@ -194,6 +203,12 @@ def grpc_server_options(s: _GrpcListener) -> list[tuple[str, int]]:
         ("grpc.keepalive_timeout_ms", _ms(s.grpc_keepalive_timeout_seconds)),
         ("grpc.keepalive_permit_without_calls", 1),  # our pings also find dead idle peers
         ("grpc.http2.max_pings_without_data", 0),  # ... and go on while a stream is silent
+        # Calls that arrived but are not yet handed to the servicer: past grpc-core's default
+        # (1,000, randomly dropping up to 3,000) it CANCELs them before our call limit can
+        # answer RESOURCE_EXHAUSTED with a retry hint. They wait only until the event loop
+        # takes them, and a refusal is quick, so the queue may be long.
+        ("grpc.server.max_pending_requests", pending_calls(s)),
+        ("grpc.server.max_pending_requests_hard_limit", pending_calls(s)),
     ]
     if s.grpc_max_connection_idle_seconds > 0:
         options.append(("grpc.max_connection_idle_ms", _ms(s.grpc_max_connection_idle_seconds)))

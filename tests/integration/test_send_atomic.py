@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 
 import grpc
@@ -95,3 +96,27 @@ async def _lists(stub) -> bool:
     except grpc.aio.AioRpcError:
         return False
     return True
+
+
+async def test_a_burst_far_past_the_call_limit_is_refused_never_cancelled(start_service):
+    """2,000 calls at once on one connection: grpc-core queues calls the servicer has not
+    taken yet and, past its own default (1,000), cancels some at random; every call must
+    instead reach the call limit and be answered (the burst is twice that default)."""
+    service = await start_service(
+        store="memory:", agent="tests.agents:ScriptedAgent", grpc_max_concurrent_calls=100
+    )
+    outcomes: dict[str, int] = {}
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+
+        async def one() -> None:
+            try:
+                await stub.SendMessage(pb.SendMessageRequest(message=user_message("sleep 1")))
+                code = "OK"
+            except grpc.aio.AioRpcError as err:
+                code = err.code().name
+            outcomes[code] = outcomes.get(code, 0) + 1
+
+        await asyncio.gather(*(one() for _ in range(2000)))
+    assert set(outcomes) == {"OK", "RESOURCE_EXHAUSTED"}, outcomes
+    assert outcomes["RESOURCE_EXHAUSTED"] >= 1000, outcomes
