@@ -75,7 +75,7 @@ from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
 from service.push.dispatcher import ORPHAN_SECONDS
-from service.store import Scope, Store, open_store, redact_url
+from service.store import Scope, Store, is_shared, open_store, redact_url
 from service.store.blobs import LocalBlobStore
 from service.telemetry.setup import Installed, start_metrics_listener
 from service.telemetry.setup import install as install_telemetry
@@ -537,6 +537,13 @@ class Service:
         s = self.settings
         if s.file_artifact_dir:
             return LocalBlobStore(s.file_artifact_dir)
+        if is_shared(s.store_url):
+            log.warning(
+                "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
+                "host only, and a replica on another host answers 404 for them. Set "
+                "file_artifact_dir to a directory every replica mounts (README: Scale-out).",
+                pathlib.Path(s.data_dir) / "files",
+            )
         if s.store_url.startswith("memory:"):
             return LocalBlobStore(tempfile.mkdtemp(prefix="a2a-files-"), ephemeral=True)
         return LocalBlobStore(pathlib.Path(s.data_dir) / "files")
@@ -778,6 +785,14 @@ async def serve(settings: Settings) -> None:
         )
         logging.shutdown()
         os._exit(1)
+    abandoned = len(service.engine.abandoned) if service.engine is not None else 0
+    if abandoned:
+        # Everything is committed and closed; the event loop's last step would wait for
+        # these forever (they ignore cancellation), so the process ends without it.
+        log.warning("stopped; %d abandoned agent coroutine(s) left behind", abandoned)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
 
 
 __all__ = ["Service", "StartupError", "serve", "pb"]

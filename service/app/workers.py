@@ -10,7 +10,7 @@ the replicas on separate ports behind a load balancer instead (README "Scale-out
 
 What stays local to a worker: its data directory (DATA_DIR/worker-I: workspaces of
 the command agent, the data-directory lock); everything shared lives in the store
-and on the bus.
+and on the bus, and stored file artifacts in DATA_DIR/files, which all workers share.
 """
 
 from __future__ import annotations
@@ -131,5 +131,9 @@ def is_worker() -> bool:
 
 
 def as_worker(s: Settings) -> None:
-    """In a worker: its own data directory (DATA_DIR/worker-I) for what stays local."""
+    """In a worker: its own data directory (DATA_DIR/worker-I) for what stays local; stored
+    file artifacts stay in the shared DATA_DIR/files (unless file_artifact_dir says where),
+    so any worker serves a download whichever one stored the file."""
+    if not s.file_artifact_dir:
+        s.file_artifact_dir = os.path.join(s.data_dir, "files")
     s.data_dir = os.path.join(s.data_dir, f"worker-{os.environ[WORKER_ENV]}")

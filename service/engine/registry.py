@@ -47,6 +47,7 @@ from service.telemetry import hub, names
 log = logging.getLogger("service.engine")
 
 RESTART_MESSAGE = "The server stopped while this task was running; the turn was lost. Send a new message to retry."
+ABANDON_AFTER_SECONDS = 2.0  # a stalled turn's agent, once cancelled, has this long to end
 SHUTDOWN_MESSAGE = (
     "The server shut down while this task was running; the turn was stopped. "
     "Send a new message to retry."
@@ -115,6 +116,9 @@ class Engine:
         self.turns = turns if turns is not None and turns.enabled else None
         self.watchdog = TurnWatchdog(inactivity_timeout, max_turn_seconds, self._stalled)
         self._stopping: set[asyncio.Task[None]] = set()  # stalled agents being stopped
+        # Agent coroutines that ignored their cancellation after a stall: still running,
+        # no longer waited for (the process exits without them).
+        self.abandoned: set[asyncio.Task[None]] = set()
         # Several processes on one store and bus (service.engine.peers); None: one process.
         self.peers: Elsewhere | None = None
 
@@ -376,9 +380,38 @@ class Engine:
         """The watchdog found the turn stalled: stop its agent; the task fails with `reason`."""
         log.warning("task %s: %s", run.task_id, reason)
         run.stop_reason = reason
-        stopping = asyncio.get_running_loop().create_task(run.stop_agent(cancel=False))
+        stopping = asyncio.get_running_loop().create_task(self._stop_stalled(run, reason))
         self._stopping.add(stopping)
         stopping.add_done_callback(self._stopping.discard)
+
+    async def _stop_stalled(self, run: TaskRun, reason: str) -> None:
+        """Cancel a stalled turn's agent; one that does not end within ABANDON_AFTER_SECONDS
+        (it swallows its cancellation) is abandoned: the task fails now and the turn's slot
+        is free, whatever its coroutine goes on doing (it can no longer emit)."""
+        agent_task = run.agent_task
+        if agent_task is None:
+            return
+        agent_task.cancel()
+        await asyncio.wait([agent_task], timeout=ABANDON_AFTER_SECONDS)
+        if agent_task.done() or run.agent_task is not agent_task:
+            return
+        log.error(
+            "task %s: the agent ignored its cancellation for %g s; its turn is abandoned "
+            "(the coroutine still runs, but can no longer change the task)",
+            run.task_id,
+            ABANDON_AFTER_SECONDS,
+        )
+        self.abandoned.add(agent_task)
+        agent_task.add_done_callback(self.abandoned.discard)
+        run.agent_ended()
+        self._free_slot(run)
+        run.watched = False
+        run.force_state(pb.TASK_STATE_FAILED, reason)
+        run.stop_reason = None
+        await run.finish()
+        if self.peers is not None and run.owned:
+            run.owned = False
+            self.peers.release(run.key)
 
     async def _drive(self, run: TaskRun, ctx: TurnContext, tel: hub.Telemetry | None) -> None:
         """Run the agent's turn to its end and commit it. With telemetry on, inside the

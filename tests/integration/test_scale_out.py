@@ -469,6 +469,28 @@ async def test_two_workers_share_the_ports_and_behave_as_one(cluster):
     assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
 
 
+async def test_any_worker_serves_a_file_another_worker_stored(cluster):
+    workers = await cluster.start("--workers", "2")
+
+    async def both_ready() -> bool:
+        return sum(line.startswith("A2A service ready") for line in workers.output) == 2
+
+    await _wait_for(both_ready, "both workers to be ready", detail=workers.output_so_far)
+    async with httpx.AsyncClient(base_url=workers.base, timeout=30) as http:
+        r = await http.post("/message:send", json=_message("file note.txt hello"), headers=V1)
+    assert r.status_code == 200, r.text
+    url = r.json()["task"]["artifacts"][0]["parts"][0]["url"]
+    path = "/" + url.split("://", 1)[1].split("/", 1)[1]
+    statuses = []
+    for _ in range(30):  # fresh connections: the kernel spreads them over both workers
+        async with httpx.AsyncClient(base_url=workers.base, timeout=30) as fresh:
+            got = await fresh.get(path)
+        statuses.append(got.status_code)
+        assert got.status_code != 200 or got.content == b"hello"
+    assert statuses == [200] * 30, statuses
+    assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
+
+
 def _children(pid: int) -> list[int]:
     """The live child processes of `pid` (from /proc)."""
     found = []

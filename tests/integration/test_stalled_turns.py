@@ -5,6 +5,7 @@ message that says which; a busy turn, and a turn paused in ctx.ask(), are left a
 from __future__ import annotations
 
 import asyncio
+import signal
 
 import grpc
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from tests.conftest import user_message
+from tests.process import ServerProcess, shows_traceback
 
 SCRIPTED = "tests.agents:ScriptedAgent"
 
@@ -90,3 +92,34 @@ async def test_with_the_timeouts_off_a_quiet_turn_runs_on(stub_for):
     stub = await stub_for()
     done = await stub.SendMessage(pb.SendMessageRequest(message=user_message("sleep 0.5")))
     assert done.task.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_an_agent_that_ignores_its_cancellation_is_abandoned_at_the_timeout(tmp_path):
+    """The task fails at the timeout and the caller's turn slot is free again, although the
+    agent's coroutine never ends; the process still stops cleanly (exit 0), without it."""
+    server = ServerProcess(
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--agent",
+        SCRIPTED,
+        env={"A2A_MAX_TURN_SECONDS": "0.5", "A2A_MAX_CONCURRENT_TURNS_PER_PRINCIPAL": "1"},
+    ).start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            done = await stub.SendMessage(
+                pb.SendMessageRequest(message=user_message("stubborn")), timeout=30
+            )
+            assert done.task.status.state == pb.TASK_STATE_FAILED
+            assert "max_turn_seconds" in text_of(done.task)
+            # The one turn slot of this caller is free again.
+            again = await stub.SendMessage(pb.SendMessageRequest(message=user_message("hi")))
+            assert again.task.status.state == pb.TASK_STATE_COMPLETED
+    finally:
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(server.proc.wait, 60)
+    log = server.rest_of_output()
+    assert code == 0, log
+    assert "its turn is abandoned" in log and "abandoned agent coroutine" in log
+    assert not shows_traceback(log)
