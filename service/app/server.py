@@ -24,7 +24,6 @@ import os
 import pathlib
 import socket
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +60,13 @@ from service.engine.limits import RateLimiter, Slots
 from service.engine.peers import Peers
 from service.engine.redis_bus import RedisBus
 from service.engine.registry import Engine
-from service.engine.retention import PurgeHook, TaskRetention, parse_duration, sweep_interval
+from service.engine.retention import (
+    PurgeHook,
+    TaskRetention,
+    parse_duration,
+    purge_orphans,
+    sweep_interval,
+)
 from service.engine.settings import open_bus, shares_ports
 from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
@@ -392,6 +397,11 @@ class Service:
                 )
         blobs = self._blob_store()
         self.files = self._file_artifacts(blobs)
+        # What a process killed mid-write left: half-written blobs, configs of tasks that
+        # were never stored (a server from before they were written together).
+        await blobs.sweep_tmp()
+        with _setting("store"):
+            await purge_orphans(self.store)
         with _setting("bus"):
             try:
                 # In-process (one process), or Redis shared by every replica.
@@ -501,7 +511,7 @@ class Service:
             await server.start()
         self.grpc_server = server
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
-        self._start_housekeeping(agent)
+        self._start_housekeeping(agent, blobs)
         log.info(
             "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
             s.host,
@@ -545,10 +555,10 @@ class Service:
                 pathlib.Path(s.data_dir) / "files",
             )
         if s.store_url.startswith("memory:"):
-            return LocalBlobStore(tempfile.mkdtemp(prefix="a2a-files-"), ephemeral=True)
+            return LocalBlobStore.temporary()
         return LocalBlobStore(pathlib.Path(s.data_dir) / "files")
 
-    def _start_housekeeping(self, agent: Agent) -> None:
+    def _start_housekeeping(self, agent: Agent, blobs: LocalBlobStore) -> None:
         """Retention (task_retention) and idle-context eviction (context_idle_timeout)."""
         s = self.settings
         assert self.store is not None and self.engine is not None and self.api is not None
@@ -560,7 +570,9 @@ class Service:
                 for scope, task_id in purged:  # stored file artifacts go with their task
                     await engine.release_files(scope, task_id)
 
-            retention = TaskRetention(self.store, keep, [release_files, *self.purge_hooks])
+            retention = TaskRetention(
+                self.store, keep, [release_files, *self.purge_hooks], leftovers=[blobs.sweep_tmp]
+            )
             self.housekeeping.add("task retention", sweep_interval(keep), retention.sweep)
         idle = parse_duration(s.context_idle_timeout, "context_idle_timeout")
         if idle:

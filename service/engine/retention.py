@@ -89,11 +89,15 @@ class TaskRetention:
         max_age: float,
         hooks: Sequence[PurgeHook] = (),
         batch: int = PURGE_BATCH,
+        leftovers: Sequence[Callable[[], Awaitable[int]]] = (),
     ) -> None:
         self.store = store
         self.max_age = max_age
         self.hooks = list(hooks)  # the root may add more (e.g. the file store's release)
         self.batch = batch
+        # What a crash can leave behind outside the tasks (half-written files): each call
+        # removes what is stale now and says how much.
+        self.leftovers = list(leftovers)
 
     async def sweep(self) -> int:
         """Purge everything due now; returns how many tasks were purged."""
@@ -112,4 +116,23 @@ class TaskRetention:
             await asyncio.sleep(0)  # everything else runs between batches
         if total:
             log.info("retention: purged %d finished task(s) older than %g s", total, self.max_age)
+        await purge_orphans(self.store, self.batch)
+        for sweep in self.leftovers:
+            removed = await sweep()
+            if removed:
+                log.info("retention: removed %d leftover(s) of a crash", removed)
         return total
+
+
+async def purge_orphans(store: TaskStore, batch: int = PURGE_BATCH) -> int:
+    """Delete push configs whose task is not stored, batch by batch; returns how many."""
+    total = 0
+    while True:
+        gone = await store.purge_orphans(batch)
+        total += gone
+        if gone < batch:
+            break
+        await asyncio.sleep(0)
+    if total:
+        log.info("retention: deleted %d push config(s) of tasks that were never stored", total)
+    return total

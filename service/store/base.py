@@ -108,6 +108,11 @@ class TaskStore(Protocol):
         serves (the caller repeats it until fewer than `limit` come back). Which old
         tasks go first is up to the store. Tasks in any other state are never deleted."""
 
+    async def purge_orphans(self, limit: int) -> int:
+        """Delete at most `limit` push configs whose task is not stored (left by a server
+        from before configs were written with their task's first events); returns how many.
+        Like purge_finished, one quick atomic write."""
+
 
 class PushConfigStore(Protocol):
     """Push notification configs of tasks, scoped like the tasks."""

@@ -41,7 +41,11 @@ from service.protocol.files import SHA256_HEX
 from service.store.base import Scope
 
 COPY_CHUNK = 1024 * 1024
-STALE_TMP_SECONDS = 3600  # a half-written blob this old belongs to a writer that died
+# A half-written blob is locked (flock) by its writer; one that is not, and is older than
+# this (its writer may have made it and not locked it yet), belongs to a writer that died.
+STALE_TMP_SECONDS = 60
+EPHEMERAL_PREFIX = "a2a-files-"  # temporary blob directories (memory store), in TMPDIR
+OWNER_FILE = "owner.lock"  # flock'ed by the process that uses a temporary directory
 
 BlobSource = bytes | str | os.PathLike[str] | BinaryIO
 
@@ -90,6 +94,18 @@ class LocalBlobStore:
         self.root = pathlib.Path(root)
         self.ephemeral = ephemeral
         self._ready = False
+        self._owner: int | None = None  # the lock of a temporary directory, while it is used
+        if ephemeral:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._owner = os.open(self.root / OWNER_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self._owner, fcntl.LOCK_EX)
+
+    @classmethod
+    def temporary(cls) -> LocalBlobStore:
+        """A store in a new temporary directory, removed by close(); those of processes that
+        ended without closing theirs (kill -9) are removed first."""
+        remove_abandoned_directories()
+        return cls(tempfile.mkdtemp(prefix=EPHEMERAL_PREFIX), ephemeral=True)
 
     # ---- the seam (file work runs in a thread: the event loop never waits on a disk) ----
 
@@ -105,6 +121,15 @@ class LocalBlobStore:
     async def close(self) -> None:
         if self.ephemeral:
             await asyncio.to_thread(shutil.rmtree, self.root, True)
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
+
+    async def sweep_tmp(self) -> int:
+        """Remove half-written blobs whose writer is gone; returns how many."""
+        if not (self.root / "tmp").is_dir():
+            return 0
+        return await asyncio.to_thread(self._sweep_tmp)
 
     # ---- layout --------------------------------------------------------------
 
@@ -124,12 +149,15 @@ class LocalBlobStore:
         self._sweep_tmp()
         self._ready = True
 
-    def _sweep_tmp(self) -> None:
+    def _sweep_tmp(self) -> int:
         cutoff = time.time() - STALE_TMP_SECONDS
+        removed = 0
         for leftover in (self.root / "tmp").iterdir():
             with contextlib.suppress(OSError):
-                if leftover.lstat().st_mtime < cutoff:
+                if leftover.lstat().st_mtime < cutoff and not _in_use(leftover):
                     leftover.unlink()
+                    removed += 1
+        return removed
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -147,6 +175,7 @@ class LocalBlobStore:
         fd, tmp_name = tempfile.mkstemp(dir=self.root / "tmp", prefix="put-")
         tmp = pathlib.Path(tmp_name)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # being written: a sweep leaves it alone
             with os.fdopen(fd, "wb") as out:
                 sha256, size = _copy(source, out, max_bytes)
                 out.flush()
@@ -208,6 +237,41 @@ class LocalBlobStore:
             with contextlib.suppress(OSError):
                 index.rmdir()
         return deleted
+
+
+def _in_use(path: pathlib.Path) -> bool:
+    """Whether a live process holds the file's flock (its writer, or a directory's owner)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return True  # gone already: nothing to do
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def remove_abandoned_directories(parent: str | None = None) -> int:
+    """Remove temporary blob directories whose process ended without removing them (no one
+    holds their owner lock); returns how many."""
+    where = pathlib.Path(parent or tempfile.gettempdir())
+    cutoff = time.time() - STALE_TMP_SECONDS
+    removed = 0
+    for candidate in where.glob(EPHEMERAL_PREFIX + "*"):
+        with contextlib.suppress(OSError):
+            if not candidate.is_dir() or candidate.is_symlink():
+                continue
+            if candidate.lstat().st_mtime >= cutoff:
+                continue  # just made: its owner may not hold the lock yet
+            owner = candidate / OWNER_FILE
+            if owner.exists() and _in_use(owner):
+                continue
+            shutil.rmtree(candidate)
+            removed += 1
+    return removed
 
 
 def _copy(source: BlobSource, out: BinaryIO, max_bytes: int) -> tuple[str, int]:

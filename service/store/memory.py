@@ -99,6 +99,12 @@ class MemoryTaskStore:
             self._configs.pop(key, None)
         return purged
 
+    async def purge_orphans(self, limit: int) -> int:
+        doomed = [key for key in self._configs if key not in self._tasks][: max(limit, 0)]
+        for key in doomed:
+            del self._configs[key]
+        return len(doomed)
+
     async def put_push_config(self, scope: Scope, config: pb.TaskPushNotificationConfig) -> None:
         self._configs.setdefault((scope, config.task_id), {})[config.id] = (
             config.SerializeToString()

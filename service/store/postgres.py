@@ -479,6 +479,10 @@ class PostgresTaskStore:
         COUNT(*), so there is no counter to adjust."""
         return await self._read(_w_purge_finished, before_us, limit)
 
+    async def purge_orphans(self, limit: int) -> int:
+        result: int = await self._read(_w_purge_orphans, limit)
+        return result
+
     async def get_push_config(
         self, scope: Scope, task_id: str, config_id: str
     ) -> pb.TaskPushNotificationConfig | None:
@@ -519,6 +523,23 @@ async def _w_purge_finished(
     async with conn.transaction():
         rows = await conn.fetch(_PURGE_FINISHED, list(FINISHED_STATES), before_us, limit)
     return [(Scope(r["tenant"], r["owner"]), r["id"]) for r in rows]
+
+
+_PURGE_ORPHANS = """
+DELETE FROM a2a_push_configs WHERE ctid IN (
+    SELECT c.ctid FROM a2a_push_configs c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM a2a_tasks t
+        WHERE t.tenant = c.tenant AND t.owner = c.owner AND t.id = c.task_id
+    )
+    LIMIT $1
+)
+"""
+
+
+async def _w_purge_orphans(conn: asyncpg.Connection, limit: int) -> int:
+    status = await conn.execute(_PURGE_ORPHANS, max(limit, 0))
+    return int(status.split()[-1])
 
 
 async def _run_batch(

@@ -437,6 +437,17 @@ def _w_purge(conn: sqlite3.Connection, before_us: int, limit: int) -> list[tuple
     return keys
 
 
+def _w_purge_orphans(conn: sqlite3.Connection, limit: int) -> int:
+    """Push configs whose task is not stored (at most `limit`)."""
+    cur = conn.execute(
+        "DELETE FROM push_configs WHERE rowid IN (SELECT c.rowid FROM push_configs AS c"
+        " WHERE NOT EXISTS (SELECT 1 FROM tasks AS t"
+        " WHERE t.tenant = c.tenant AND t.owner = c.owner AND t.id = c.task_id) LIMIT ?)",
+        (max(int(limit), 0),),
+    )
+    return cur.rowcount
+
+
 # ------------------------------------------------------- reader-thread bodies
 
 
@@ -796,6 +807,10 @@ class SqliteTaskStore:
         # A write like any other: it shares the group commit, in call order.
         keys = await self._write(_w_purge, (before_us, limit))
         return [(Scope(tenant, owner), task_id) for tenant, owner, task_id in keys]
+
+    async def purge_orphans(self, limit: int) -> int:
+        result: int = await self._write(_w_purge_orphans, (limit,))
+        return result
 
     def _schedule(self, wait: float) -> None:
         assert self._loop is not None

@@ -129,3 +129,19 @@ async def test_sqlite_purge_drops_counter_rows_that_reach_zero(tmp_path):
         assert (await store.list(A, TaskQuery())).total_size == 0
     finally:
         await store.close()
+
+
+async def test_push_configs_of_tasks_never_stored_are_purged_in_batches(store):
+    kept = make_task("kept")
+    await store.save(A, kept, [status_event(kept, 1)])
+    await store.put_push_config(A, make_config("kept", "cfg"))
+    await store.put_push_config(B, make_config("kept", "cfg"))  # same id, another owner's
+    for i in range(5):
+        await store.put_push_config(A, make_config(f"never-{i}", "cfg"))
+    assert await store.purge_orphans(3) == 3
+    assert await store.purge_orphans(3) == 3  # B's, and the last two of A's
+    assert await store.purge_orphans(3) == 0
+    assert await store.get_push_config(A, "kept", "cfg") is not None
+    assert await store.get_push_config(B, "kept", "cfg") is None
+    for i in range(5):
+        assert await store.get_push_config(A, f"never-{i}", "cfg") is None

@@ -111,6 +111,51 @@ async def test_stale_half_written_blobs_are_swept(tmp_path):
     assert not stale.exists() and fresh.exists()
 
 
+async def test_a_half_written_blob_is_kept_while_its_writer_holds_it(tmp_path):
+    import fcntl
+
+    blobs = LocalBlobStore(tmp_path / "files")
+    await blobs.put(ALICE, "t1", DATA, 1000)
+    dead, alive = tmp_path / "files" / "tmp" / "put-dead", tmp_path / "files" / "tmp" / "put-alive"
+    dead.write_bytes(b"half")
+    alive.write_bytes(b"still being written")
+    os.utime(dead, (0, 0))
+    os.utime(alive, (0, 0))  # old, but its writer (this test) holds its lock
+    held = os.open(alive, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert await blobs.sweep_tmp() == 1  # what retention runs, not only startup
+        assert not dead.exists() and alive.exists()
+    finally:
+        os.close(held)
+    assert await blobs.sweep_tmp() == 1 and not alive.exists()  # its writer is gone now
+
+
+async def test_temporary_directories_of_ended_processes_are_removed(tmp_path, monkeypatch):
+    import tempfile
+
+    from service.store import blobs as blob_module
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    live = LocalBlobStore.temporary()  # a live process's: kept while it holds its lock
+    os.utime(live.root, (0, 0))
+    left = LocalBlobStore.temporary()  # a process that is killed: it never closes
+    await left.put(ALICE, "t1", DATA, 1000)
+    assert left._owner is not None
+    os.close(left._owner)  # what the kernel does when that process dies
+    os.utime(left.root, (0, 0))
+    assert blob_module.remove_abandoned_directories() == 1
+    assert not left.root.exists() and live.root.exists()
+    left = LocalBlobStore.temporary()
+    os.close(left._owner)
+    os.utime(left.root, (0, 0))
+    again = LocalBlobStore.temporary()  # a new process's start removes it, not a live one
+    assert not left.root.exists() and live.root.exists() and again.root.exists()
+    await live.close()
+    await again.close()
+    assert not live.root.exists() and not again.root.exists()
+
+
 async def test_an_ephemeral_store_is_removed_on_close(tmp_path):
     store = LocalBlobStore(tmp_path / "tmpfiles", ephemeral=True)
     await store.put(ALICE, "t1", DATA, 1000)
