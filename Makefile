@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 
-.PHONY: setup run check test test-unit test-integration test-interop lint gen config-reference bench bench-tools clean tools help
+.PHONY: setup run check test test-unit test-integration test-interop test-faults lint gen config-reference bench bench-tools clean tools help
 
 # `make` alone is `make setup` (the first target); `make help` lists the targets.
 setup: $(STAMP)  ## create .venv and install the package with its dev and client (a2a-call) dependencies
@@ -51,6 +51,9 @@ test-integration: setup  ## run tests/integration: real servers on loopback (Red
 
 test-interop: setup tools  ## run tests/interop: a2a-sdk client, grpcurl, buf, the README's commands
 	$(PY) -m pytest -q tests/interop
+
+test-faults: setup  ## the long fault-injection run: kill -9, PostgreSQL and Redis outages under load (a few minutes)
+	A2A_FAULTS_LONG=1 $(PY) -m pytest -q tests/integration/test_faults.py
 
 # buf cannot resolve the google/api imports (installed googleapis-common-protos,
 # no registry deps), so lint an image compiled by grpcio-tools; see buf.yaml.

@@ -25,6 +25,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def children_of(pid: int) -> list[int]:
+    """The live child processes of `pid` (from /proc): the workers of `serve --workers`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
 def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m service serve --host 127.0.0.1 ARGS` to its end (startup failures)."""
     return subprocess.run(

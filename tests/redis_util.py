@@ -15,7 +15,11 @@ from tests.process import free_port
 
 
 class OwnRedis:
-    def __init__(self, workdir: str) -> None:
+    """`persistent`: every write is in its append-only file before Redis answers (as a
+    production Redis that holds a push queue is set up), so a restart keeps the data."""
+
+    def __init__(self, workdir: str, *, persistent: bool = False) -> None:
+        self.persistent = persistent
         binary = shutil.which("redis-server")
         if binary is None:
             missing_part("REDIS-SERVER NOT INSTALLED: tests with a Redis of their own NOT RUN")
@@ -40,7 +44,9 @@ class OwnRedis:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.persistent else "no",
+                "--appendfsync",
+                "always",
                 "--dir",
                 self.workdir,
             ],

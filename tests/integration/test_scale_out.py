@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pathlib
 import signal
 import uuid
 import weakref
@@ -24,7 +23,7 @@ from google.protobuf import json_format
 from service.engine.registry import RESTART_MESSAGE
 from tests.conftest import user_message
 from tests.pg_util import create_database, cut_access, drop_database, restore_access
-from tests.process import ServerProcess, free_port, run_serve
+from tests.process import ServerProcess, children_of, free_port, run_serve
 from tests.redis_util import OwnRedis
 
 V1 = {"A2A-Version": "1.0"}
@@ -491,21 +490,6 @@ async def test_any_worker_serves_a_file_another_worker_stored(cluster):
     assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
 
 
-def _children(pid: int) -> list[int]:
-    """The live child processes of `pid` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
 async def test_a_worker_that_dies_is_started_again(cluster):
     workers = await cluster.start("--workers", "2")
 
@@ -520,7 +504,7 @@ async def test_a_worker_that_dies_is_started_again(cluster):
 
     await ready(2)
     assert workers.proc is not None
-    children = _children(workers.proc.pid)
+    children = children_of(workers.proc.pid)
     assert len(children) == 2, children
     os.kill(children[0], signal.SIGKILL)
     await ready(3)  # the parent started it again
@@ -529,7 +513,7 @@ async def test_a_worker_that_dies_is_started_again(cluster):
         async with httpx.AsyncClient(base_url=workers.base, timeout=30) as fresh:
             r = await fresh.post("/message:send", json=_message(f"echo {i}"), headers=V1)
         assert r.status_code == 200, r.text
-    after = _children(workers.proc.pid)
+    after = children_of(workers.proc.pid)
     assert len(after) == 2 and children[0] not in after, after
     assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
 
