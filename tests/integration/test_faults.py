@@ -316,7 +316,7 @@ async def test_nothing_is_lost_across_kills_and_outages_of_every_part(rig):
     await eventually(settled, 60, "every task terminal")
     seqs, tasks, _ = await store_view(store_url)
     assert outcomes.acknowledged <= set(tasks), "an acknowledged task is not stored"
-    for task_id, (state, last_seq) in tasks.items():
+    for task_id, (_state, last_seq) in tasks.items():
         got = seqs.get(task_id, [])
         assert got == list(range(1, len(got) + 1)), (task_id, got)
         assert last_seq == len(got), (task_id, last_seq, got)
