@@ -318,12 +318,17 @@ class RedisQueue:
 
     async def _finish(self, lease: Lease, dead: str = "", error: str = "") -> None:
         job = lease.job
-        await self._run(
-            "finish",
-            [self.stream, self.head, self._lane_key(job.lane), self.dead_stream],
-            [self.group, lease.token, job.lane, job.id, dead, error, repr(time.time())],
-        )
-        self._active.discard(lease.token)
+        try:
+            await self._run(
+                "finish",
+                [self.stream, self.head, self._lane_key(job.lane), self.dead_stream],
+                [self.group, lease.token, job.lane, job.id, dead, error, repr(time.time())],
+            )
+        finally:
+            # Also when Redis did not answer: the entry stays pending and comes back (to this
+            # consumer or another) once its lease expires; kept here, this consumer's claims
+            # would skip it and keep it from ever going idle long enough for another.
+            self._active.discard(lease.token)
         self._event.set()
 
     async def ack(self, lease: Lease) -> None:
@@ -333,12 +338,14 @@ class RedisQueue:
         await self._finish(lease, dead=job.to_json(), error=error)
 
     async def retry(self, lease: Lease, job: Job) -> None:
-        await self._run(
-            "retry",
-            [self.stream, self.retry_key],
-            [self.group, lease.token, int(job.due_at * 1000), job.to_json()],
-        )
-        self._active.discard(lease.token)
+        try:
+            await self._run(
+                "retry",
+                [self.stream, self.retry_key],
+                [self.group, lease.token, int(job.due_at * 1000), job.to_json()],
+            )
+        finally:
+            self._active.discard(lease.token)  # as in _finish
 
     async def release(self, lease: Lease, due_at: float) -> None:
         lease.job.due_at = due_at

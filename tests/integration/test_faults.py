@@ -246,6 +246,21 @@ async def store_view(
         await conn.close()
 
 
+async def queue_state_of(redis_url: str) -> dict[str, object]:
+    """What the push queue holds (for a failure's message)."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        return {
+            "pending": await client.xpending("a2a:push:stream", "a2a-push"),
+            "stream": await client.xlen("a2a:push:stream"),
+            "lane heads": await client.hlen("a2a:push:head"),
+            "retries": await client.zcard("a2a:push:retry"),
+            "cursors": await client.hlen("a2a:push:cursor-tasks"),
+        }
+    finally:
+        await client.aclose()
+
+
 TERMINAL = {pb.TASK_STATE_COMPLETED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELED}
 
 
@@ -267,87 +282,99 @@ async def test_nothing_is_lost_across_kills_and_outages_of_every_part(rig):
     )
     cluster.grpc_port = grpc_port
     await asyncio.to_thread(cluster.start, 60)
-
-    async def both_ready() -> bool:
-        return sum(line.startswith("A2A service ready") for line in cluster.output) >= 2
-
-    await eventually(both_ready, 60, "both workers ready")
-    outcomes = Outcomes()
-    started = time.monotonic()
-    until = started + LOAD_SECONDS
-    bindings = ["grpc", "jsonrpc", "rest"]
-    load = [
-        asyncio.create_task(
-            caller(
-                bindings[i % 3],
-                f"127.0.0.1:{grpc_port}",
-                f"http://127.0.0.1:{http_port}",
-                receiver.url,
-                until,
-                outcomes,
-            )
-        )
-        for i in range(CALLERS)
-    ]
-    faults: list[str] = []
+    stopped = False
     try:
-        step = LOAD_SECONDS / (3 * ROUNDS + 1)
-        for _ in range(ROUNDS):
-            await asyncio.sleep(step)
-            await kill_a_worker(cluster)
-            faults.append("kill -9 worker")
-            await asyncio.sleep(step)
-            faults.append(f"ended {await end_backends(database)} PostgreSQL backends")
-            await asyncio.sleep(step)
-            await restart_redis(own_redis, 2.0)
-            faults.append("Redis down 2 s")
-        await asyncio.gather(*load)
-    finally:
-        for task in load:
-            task.cancel()
-    assert outcomes.counts["ok"] > 50, (outcomes.counts, faults)
-    assert not outcomes.wrong, (outcomes.wrong, outcomes.counts)
 
-    # Every task settles, its log contiguous, every event delivered, nothing left over.
-    async def settled() -> bool:
+        async def both_ready() -> bool:
+            return sum(line.startswith("A2A service ready") for line in cluster.output) >= 2
+
+        await eventually(both_ready, 60, "both workers ready")
+        outcomes = Outcomes()
+        started = time.monotonic()
+        until = started + LOAD_SECONDS
+        bindings = ["grpc", "jsonrpc", "rest"]
+        load = [
+            asyncio.create_task(
+                caller(
+                    bindings[i % 3],
+                    f"127.0.0.1:{grpc_port}",
+                    f"http://127.0.0.1:{http_port}",
+                    receiver.url,
+                    until,
+                    outcomes,
+                )
+            )
+            for i in range(CALLERS)
+        ]
+        faults: list[str] = []
+        try:
+            step = LOAD_SECONDS / (3 * ROUNDS + 1)
+            for _ in range(ROUNDS):
+                await asyncio.sleep(step)
+                await kill_a_worker(cluster)
+                faults.append("kill -9 worker")
+                await asyncio.sleep(step)
+                faults.append(f"ended {await end_backends(database)} PostgreSQL backends")
+                await asyncio.sleep(step)
+                await restart_redis(own_redis, 2.0)
+                faults.append("Redis down 2 s")
+            await asyncio.gather(*load)
+        finally:
+            for task in load:
+                task.cancel()
+        assert outcomes.counts["ok"] > 50, (outcomes.counts, faults)
+        assert not outcomes.wrong, (outcomes.wrong, outcomes.counts)
+
+        # Every task settles, its log contiguous, every event delivered, nothing left over.
+        async def settled() -> bool:
+            seqs, tasks, _ = await store_view(store_url)
+            return bool(tasks) and all(state in TERMINAL for state, _ in tasks.values())
+
+        await eventually(settled, 60, "every task terminal")
         seqs, tasks, _ = await store_view(store_url)
-        return bool(tasks) and all(state in TERMINAL for state, _ in tasks.values())
+        assert outcomes.acknowledged <= set(tasks), "an acknowledged task is not stored"
+        for task_id, (_state, last_seq) in tasks.items():
+            got = seqs.get(task_id, [])
+            assert got == list(range(1, len(got) + 1)), (task_id, got)
+            assert last_seq == len(got), (task_id, last_seq, got)
 
-    await eventually(settled, 60, "every task terminal")
-    seqs, tasks, _ = await store_view(store_url)
-    assert outcomes.acknowledged <= set(tasks), "an acknowledged task is not stored"
-    for task_id, (_state, last_seq) in tasks.items():
-        got = seqs.get(task_id, [])
-        assert got == list(range(1, len(got) + 1)), (task_id, got)
-        assert last_seq == len(got), (task_id, last_seq, got)
+        def missing() -> set[tuple[str, int]]:
+            delivered = {
+                (
+                    r.headers["idempotency-key"].split("/")[0],
+                    int(r.headers["idempotency-key"].split("/")[1]),
+                )
+                for r in receiver.accepted()
+            }
+            wanted = {(task_id, seq) for task_id, got in seqs.items() for seq in got}
+            return wanted - delivered
 
-    def missing() -> set[tuple[str, int]]:
-        delivered = {
-            (
-                r.headers["idempotency-key"].split("/")[0],
-                int(r.headers["idempotency-key"].split("/")[1]),
-            )
-            for r in receiver.accepted()
-        }
-        wanted = {(task_id, seq) for task_id, got in seqs.items() for seq in got}
-        return wanted - delivered
+        try:
+            await eventually(lambda: not missing(), 60, "every event delivered")
+        except AssertionError:
+            state = await queue_state_of(own_redis.url)
+            raise AssertionError(
+                f"not delivered: {sorted(missing())[:10]}; queue: {state}"
+            ) from None
 
-    await eventually(lambda: not missing(), 90, "every event delivered")
+        client = aioredis.Redis.from_url(own_redis.url, decode_responses=True)
+        try:
 
-    client = aioredis.Redis.from_url(own_redis.url, decode_responses=True)
-    try:
+            async def no_cursors() -> bool:
+                return await client.hlen("a2a:push:cursor-tasks") == 0
 
-        async def no_cursors() -> bool:
-            return await client.hlen("a2a:push:cursor-tasks") == 0
-
-        # Cursors of tasks never stored wait max_turn_seconds + 10 s, then go.
-        await eventually(no_cursors, 60, "no push cursor left")
-        assert await client.hlen("a2a:push:head") == 0  # no lane holds a job
-        assert await client.zcard("a2a:push:retry") == 0
+            # Cursors of tasks never stored wait max_turn_seconds + 10 s, then go.
+            await eventually(no_cursors, 60, "no push cursor left")
+            assert await client.hlen("a2a:push:head") == 0  # no lane holds a job
+            assert await client.zcard("a2a:push:retry") == 0
+        finally:
+            await client.aclose()
+        _, _, orphan_configs = await store_view(store_url)
+        assert orphan_configs == 0
+        stopped = True
+        assert await asyncio.to_thread(cluster.stop) == 0, cluster.rest_of_output()
     finally:
-        await client.aclose()
-    _, _, orphan_configs = await store_view(store_url)
-    assert orphan_configs == 0
-    assert await asyncio.to_thread(cluster.stop) in (0, -signal.SIGTERM), cluster.rest_of_output()
+        if not stopped:
+            await asyncio.to_thread(cluster.stop)
     log = cluster.rest_of_output()
     assert "internal error" not in log.lower(), log[-5000:]

@@ -276,3 +276,29 @@ async def test_local_file_a_lost_cursor_move_falls_back_to_its_durable_start(tmp
         assert [j.seq for j in await drain(again)] == [3, 4]  # the jobs themselves were durable
     finally:
         await again.close()
+
+
+async def test_redis_a_job_whose_ack_redis_never_answered_is_handed_out_again(tmp_path):
+    """Redis went away while a delivery was being acknowledged: the job stays pending and
+    comes back once its lease expires, also to the consumer whose ack failed (it must not
+    skip it, or its own claims would keep it from ever going idle for another)."""
+    from service.protocol.errors import UnavailableError
+    from tests.redis_util import OwnRedis
+
+    own = OwnRedis(str(tmp_path / "redis"), persistent=True).start()
+    queue = RedisQueue(own.url, prefix=unique_prefix(), consumer="only", lease_seconds=0.3)
+    try:
+        await queue.open()
+        await queue.enqueue(jobs(TASK_A, "c1", [1, 2]))
+        [lease] = await queue.lease(10)
+        own.stop()
+        with pytest.raises(UnavailableError):
+            await queue.ack(lease)
+        own.start()
+        [again] = await lease_all(queue, wait=5)
+        assert again.job.seq == 1
+        await queue.ack(again)
+        assert [j.seq for j in await drain(queue)] == [2]
+    finally:
+        await queue.close()
+        own.stop()
