@@ -512,6 +512,13 @@ class Service:
         self.grpc_server = server
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
         self._start_housekeeping(agent, blobs)
+        if is_shared(s.store_url) and not s.file_artifact_dir:  # said once all else is up
+            log.warning(
+                "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
+                "host only, and a replica on another host answers 404 for them. Set "
+                "file_artifact_dir to a directory every replica mounts (README: Scale-out).",
+                blobs.root,
+            )
         log.info(
             "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
             s.host,
@@ -547,13 +554,6 @@ class Service:
         s = self.settings
         if s.file_artifact_dir:
             return LocalBlobStore(s.file_artifact_dir)
-        if is_shared(s.store_url):
-            log.warning(
-                "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
-                "host only, and a replica on another host answers 404 for them. Set "
-                "file_artifact_dir to a directory every replica mounts (README: Scale-out).",
-                pathlib.Path(s.data_dir) / "files",
-            )
         if s.store_url.startswith("memory:"):
             return LocalBlobStore.temporary()
         return LocalBlobStore(pathlib.Path(s.data_dir) / "files")

@@ -53,6 +53,7 @@ return 0
 
 
 Handler = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
+STOP_WAIT_SECONDS = 2.0
 
 
 def _text(value: bytes | str) -> str:
@@ -78,6 +79,7 @@ class Cluster:
         self._handlers: dict[str, Handler] = {}
         self._running: set[asyncio.Task[None]] = set()
         self.connected_since: float | None = None  # loop time of the last good heartbeat run
+        self._leaving = False
 
     def owner_key(self, key: str) -> str:
         return f"{self._prefix}:owner:{key}"
@@ -108,9 +110,15 @@ class Cluster:
 
     async def stop(self) -> None:
         """Leave: stop the loops and give up the alive key (survivors need not wait a lease)."""
-        for task in [*self._tasks, *self._running]:
+        self._leaving = True
+        tasks = [*self._tasks, *self._running]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._running, return_exceptions=True)
+        if tasks:
+            # A cancellation that lands as a Redis call times out can be taken for the
+            # timeout (redis-py's socket timeout): the loops also end on `_leaving`, and
+            # none is waited for past STOP_WAIT_SECONDS.
+            await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
         self._tasks = []
         self.bus.on_control = None
         try:
@@ -119,7 +127,7 @@ class Cluster:
             pass
 
     async def _every(self, seconds: float, step: Callable[[], Awaitable[object]]) -> None:
-        while True:
+        while not self._leaving:
             await asyncio.sleep(seconds)
             try:
                 await step()
