@@ -1,7 +1,13 @@
-"""The access line of an HTTP call (service.net.access): opened when the request reaches a
-binding's endpoint, written when the last part of its response — the end of an event
-stream included — is sent, so the duration and outcome are those the caller saw. Routes that are not A2A calls
-(the card, /health, the JWKS) write none."""
+"""An A2A route's entry: the call's record, authentication, and the record's close.
+
+Every route that is an A2A call (JSON-RPC `POST /`, the REST routes, a file download)
+is wrapped here: the call pipeline (service.calls) opens its record when the request
+reaches the route, authenticates the caller (auth.py: 401 with its challenges before
+the body is read or the path routed), hands the endpoint its `Caller`, and closes the
+record when the last part of the response — the end of an event stream included — is
+sent, so the access line's duration and outcome are those the caller saw. Routes that
+are not A2A calls (the card, /health, the JWKS) have no record.
+"""
 
 from __future__ import annotations
 
@@ -11,26 +17,29 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from service.net.access import CANCELLED, OK, AccessLog, Call
+from gateway.auth import Handler, HttpAuth
+from service.calls.pipeline import CallerUnknown, Pipeline
+from service.calls.record import Call
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class _Sent:
-    """The endpoint's response; the call's line is written as its last body part goes out
-    (so it is in the log by the time the caller has the answer), or when sending fails."""
+    """The endpoint's response; the call is closed as its last body part goes out (so its
+    line is in the log by the time the caller has the answer), or when sending fails."""
 
-    __slots__ = ("response", "call", "_open")
+    __slots__ = ("response", "call", "pipeline", "_open")
 
-    def __init__(self, response: Response, call: Call) -> None:
+    def __init__(self, response: Response, call: Call, pipeline: Pipeline) -> None:
         self.response = response
         self.call = call
+        self.pipeline = pipeline
         self._open = True
 
     def _close(self) -> None:
         if self._open:
             self._open = False
-            self.call.close()
+            self.pipeline.close(self.call)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def sending(message: Message) -> None:
@@ -41,32 +50,33 @@ class _Sent:
         try:
             await self.response(scope, receive, sending)
         except BaseException:
-            if self._open and self.call.outcome == OK:
-                self.call.outcome = CANCELLED  # the caller went away (or sending failed)
+            if self._open:
+                self.call.cancelled()  # the caller went away (or sending failed)
             raise
         finally:
             self._close()
 
 
-def logged(
-    binding: str, endpoint: Endpoint, access: AccessLog | None, method: str = ""
+def a2a_route(
+    binding: str, handler: Handler, pipeline: Pipeline, auth: HttpAuth, method: str = ""
 ) -> Endpoint:
-    """`endpoint` with an access line per request (itself when the access log is off);
-    `method` names routes that are no A2A method (the bindings name theirs once routed)."""
-    if access is None:
-        return endpoint
+    """`handler` as an A2A call on `binding` (jsonrpc, rest); `method` names routes that are
+    no A2A method (the bindings name theirs once routed)."""
 
-    async def handle(request: Request) -> Response:
-        call = access.open(binding, method)
-        if call is None:
-            return await endpoint(request)
+    async def endpoint(request: Request) -> Response:
+        call = pipeline.open(binding, method)
         try:
-            response = await endpoint(request)
-        except BaseException:
-            if call.outcome == OK:
-                call.outcome = CANCELLED
-            call.close()
-            raise
-        return _Sent(response, call)  # type: ignore[return-value]  # an ASGI app, as starlette calls it
+            caller = await auth.caller(call, request)
+        except CallerUnknown as exc:
+            call.failed(exc)
+            response = auth.unauthorized()
+        else:
+            try:
+                response = await handler(request, caller)
+            except BaseException:
+                call.cancelled()
+                pipeline.close(call)
+                raise
+        return _Sent(response, call, pipeline)  # type: ignore[return-value]  # an ASGI app, as starlette calls it
 
-    return handle
+    return endpoint

@@ -30,8 +30,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.access import logged
-from gateway.auth import Handler, HttpAuth, anonymous
+from gateway.access import a2a_route
+from gateway.auth import Handler, HttpAuth
 from gateway.body import MAX_BODY_BYTES
 from gateway.card import WELL_KNOWN_PATH, CardEndpoint
 from gateway.dispatch import REST_JSON, HttpOptions, forward_error
@@ -43,8 +43,9 @@ from gateway.jwks import JwksEndpoint
 from gateway.params import Caller
 from gateway.rest import RestEndpoint
 from service.auth import Authenticator
+from service.calls.admission import DOWNLOAD
+from service.calls.pipeline import Pipeline
 from service.engine.limits import RateLimiter
-from service.net.access import AccessLog
 from service.net.readiness import Readiness
 from service.protocol.errors import A2AError
 from service.protocol.files import FILES_ROUTE, TENANT_FILES_ROUTE
@@ -85,17 +86,18 @@ def build_app(
     forward_credentials: bool = False,
     files: FileReader | None = None,
     reject_unknown_fields: bool = False,
-    access: AccessLog | None = None,
+    pipeline: Pipeline | None = None,
     readiness: Readiness | None = None,
     metrics: Callable[[], bytes] | None = None,
     rate_limit: RateLimiter | None = None,
 ) -> Starlette:
-    """`auth`: who may call (None: everyone, anonymously). `forward_credentials`: keep the
-    credential headers for the invoker (proxy mode: the upstream authenticates again).
-    `files`: where stored file artifacts are read (None: no download route, as in proxy
-    mode, where the bytes live with the upstream). `reject_unknown_fields`: request JSON
-    members that name no field are InvalidParams (else they are ignored). `access`: an
-    access line per JSON-RPC and REST call (None: off). `readiness`: what `/health/ready`
+    """`pipeline`: what every JSON-RPC and REST call runs (service.calls: authentication,
+    interceptors, the access line and span); without one, `auth` says who may call (None:
+    everyone, anonymously) and `forward_credentials` keeps the credential headers for the
+    invoker (proxy mode: the upstream authenticates again). `files`: where stored file
+    artifacts are read (None: no download route, as in proxy mode, where the bytes live
+    with the upstream). `reject_unknown_fields`: request JSON members that name no field
+    are InvalidParams (else they are ignored). `readiness`: what `/health/ready`
     reports besides the drain (None: ready while serving). `rate_limit`: the API's limit per
     principal, which `/metrics` counts against too (None: off, or kept upstream)."""
     options = HttpOptions(
@@ -103,19 +105,23 @@ def build_app(
         max_body_bytes=max_body_bytes,
         reject_unknown_fields=reject_unknown_fields,
     )
-    jsonrpc = JsonRpcEndpoint(invoker, service, options)
-    rest = RestEndpoint(invoker, service, options)
-    guard = (
-        anonymous if auth is None else HttpAuth(auth, forward_credentials=forward_credentials).guard
-    )
+    if pipeline is None:
+        pipeline = Pipeline(authenticator=auth, forward_credentials=forward_credentials)
+    jsonrpc = JsonRpcEndpoint(invoker, service, options, pipeline)
+    rest = RestEndpoint(invoker, service, options, pipeline)
+    http_auth = HttpAuth(pipeline)
+    guard = http_auth.guard
     routes = [
-        Route("/", logged("jsonrpc", guard(jsonrpc.handle), access), methods=ALL_METHODS),
+        Route("/", a2a_route("jsonrpc", jsonrpc.handle, pipeline, http_auth), methods=ALL_METHODS),
         Route(WELL_KNOWN_PATH, CardEndpoint(card, card_max_age).handle, methods=ALL_METHODS),
         *health_routes(is_serving, readiness),
-        Route("/{path:path}", logged("rest", guard(rest.handle), access), methods=ALL_METHODS),
+        Route(
+            "/{path:path}", a2a_route("rest", rest.handle, pipeline, http_auth), methods=ALL_METHODS
+        ),
     ]
     if files is not None:  # before the REST catch-all; other methods fall through to it
-        download = logged("rest", guard(FileEndpoint(files).handle), access, "DownloadFile")
+        endpoint = FileEndpoint(files, pipeline)
+        download = a2a_route("rest", endpoint.handle, pipeline, http_auth, DOWNLOAD)
         for template in (FILES_ROUTE, TENANT_FILES_ROUTE):
             routes.insert(-1, Route(template, download, methods=["GET", "HEAD"]))
     if metrics is not None:  # Prometheus text; behind the guard like every A2A route

@@ -29,8 +29,10 @@ from starlette.responses import FileResponse, Response
 from gateway.dispatch import REST_JSON, forward_error
 from gateway.params import Caller, call_context
 from service.api import CallContext
+from service.calls import record
+from service.calls.admission import DOWNLOAD
+from service.calls.pipeline import Pipeline
 from service.engine.files import StoredFile
-from service.net import access
 from service.protocol.errors import TaskNotFoundError
 
 
@@ -66,17 +68,18 @@ def etag_matches(if_none_match: str | None, sha256: str) -> bool:
 
 
 class FileEndpoint:
-    def __init__(self, reader: FileReader) -> None:
+    def __init__(self, reader: FileReader, pipeline: Pipeline | None = None) -> None:
         self.reader = reader
+        self.pipeline = pipeline or Pipeline()
 
     async def handle(self, request: Request, caller: Caller) -> Response:
         params = request.path_params
         task_id = params["task_id"]
-        logged = access.current()
-        if logged is not None:
-            logged.about(task_id)
+        logged = record.current() or self.pipeline.open("rest", DOWNLOAD)
+        logged.about(task_id)
         try:
             call = call_context(caller, request.headers, request.query_params)
+            await self.pipeline.admit(logged, call, None)  # the drain, the caller's rate limit
             found = await self.reader.stored_file(
                 call, params.get("tenant", ""), task_id, params["sha256"]
             )

@@ -32,7 +32,8 @@ from gateway.invoker import Invoker
 from gateway.replies import Document, ErrorReply, Reply, invoke
 from gateway.transcode import build_request, to_json_dict
 from service.api import CallContext
-from service.net import access
+from service.calls import record
+from service.calls.pipeline import Pipeline
 from service.protocol.errors import (
     A2AError,
     InvalidParamsError,
@@ -94,9 +95,15 @@ def _check_envelope(doc: Any) -> tuple[str, dict[str, Any]]:
 
 class JsonRpcDispatcher:
     def __init__(
-        self, invoker: Invoker, service: ServiceDescriptor, *, reject_unknown_fields: bool = False
+        self,
+        invoker: Invoker,
+        service: ServiceDescriptor,
+        *,
+        reject_unknown_fields: bool = False,
+        pipeline: Pipeline | None = None,
     ) -> None:
         self.invoker = invoker
+        self.pipeline = pipeline or Pipeline()  # default: no interceptors, no record written
         self.methods = method_table(service)
         self.reject_unknown_fields = reject_unknown_fields  # else members of no field are dropped
 
@@ -115,7 +122,7 @@ class JsonRpcDispatcher:
                     f"Unknown method {name!r}; methods are the A2AService RPC names, e.g. SendMessage."
                 )
             method, request_cls = entry
-            access.name_method(method.name)
+            record.name_method(method.name)
             message = build_request(
                 request_cls,
                 body=params,
@@ -124,7 +131,13 @@ class JsonRpcDispatcher:
             )
             context = call() if callable(call) else call
             return await invoke(
-                self.invoker, method, message, context, envelope, f"JSON-RPC {name}"
+                self.invoker,
+                self.pipeline,
+                method,
+                message,
+                context,
+                envelope,
+                f"JSON-RPC {name}",
             )
         except Exception as exc:
             return ErrorReply.of(exc, envelope, f"JSON-RPC {name}")

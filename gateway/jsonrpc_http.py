@@ -21,12 +21,22 @@ from gateway.invoker import Invoker
 from gateway.jsonrpc import JsonRpcDispatcher
 from gateway.params import Caller, call_context
 from gateway.transcode import parse_json_body
+from service.calls.pipeline import Pipeline
 
 
 class JsonRpcEndpoint:
-    def __init__(self, invoker: Invoker, service: ServiceDescriptor, options: HttpOptions) -> None:
+    def __init__(
+        self,
+        invoker: Invoker,
+        service: ServiceDescriptor,
+        options: HttpOptions,
+        pipeline: Pipeline | None = None,
+    ) -> None:
         self.dispatcher = JsonRpcDispatcher(
-            invoker, service, reject_unknown_fields=options.reject_unknown_fields
+            invoker,
+            service,
+            reject_unknown_fields=options.reject_unknown_fields,
+            pipeline=pipeline,
         )
         self.options = options
 

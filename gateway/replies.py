@@ -23,12 +23,11 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 
 from gateway.invoker import Invoker
-from gateway.telemetry import REQUEST
 from service.api import CallContext
+from service.calls import record
+from service.calls.pipeline import Pipeline
 from service.engine.stream import NumberedEvents
-from service.net import access
 from service.protocol.errors import A2AError, as_a2a_error
-from service.telemetry.describe import describe
 
 Document = dict[str, Any]
 
@@ -53,12 +52,9 @@ class ErrorReply:
         """`exc` as the binding's error document (an unexpected one is logged, see
         `as_a2a_error`: `where` names the call in the log)."""
         err = as_a2a_error(exc, where)
-        call = access.current()
+        call = record.current()
         if call is not None:
             call.failed(err)
-        rec = REQUEST.get()
-        if rec is not None:
-            rec.failed(err.reason, err.grpc_status)
         return cls(renderer.error(err), err)
 
 
@@ -68,16 +64,22 @@ class DocumentStream:
     the stream with one `ErrorReply`; closing it closes the events, which ends only
     this subscription (the task keeps running)."""
 
-    __slots__ = ("_events", "_renderer", "_where", "_ended", "_rec")
+    __slots__ = ("_events", "_renderer", "_where", "_ended", "_call")
 
-    def __init__(self, events: NumberedEvents[Message], renderer: Renderer, where: str) -> None:
+    def __init__(
+        self,
+        events: NumberedEvents[Message],
+        renderer: Renderer,
+        where: str,
+        call: record.Call | None = None,
+    ) -> None:
         self._events = events
         self._renderer = renderer
         self._where = where
         self._ended = False
-        self._rec = REQUEST.get()  # the request's telemetry (None when off)
-        if self._rec is not None:
-            self._rec.stream_opened()
+        self._call = call  # the call's record (None: the stream is not a call's)
+        if call is not None:
+            call.streaming()
 
     @property
     def seq(self) -> int | None:
@@ -91,11 +93,8 @@ class DocumentStream:
             raise StopAsyncIteration
         try:
             event = await self._events.__anext__()
-            call = access.current()
-            if call is not None:
-                call.saw(event)
-            if self._rec is not None:
-                self._rec.stream_event(event, describe)
+            if self._call is not None:
+                self._call.event(event)
             return self._renderer.result(event)
         except StopAsyncIteration:
             raise
@@ -113,28 +112,23 @@ Reply = Document | ErrorReply | DocumentStream
 
 async def invoke(
     invoker: Invoker,
+    pipeline: Pipeline,
     method: MethodDescriptor,
     message: Message,
     call: CallContext,
     renderer: Renderer,
     where: str,
 ) -> Document | DocumentStream:
-    """Call `method` and render what it answers. An error before a stream starts is
-    raised, for the binding to answer as an ErrorReply."""
-    logged = access.current()
-    if logged is not None:
-        logged.method = method.name
-        logged.saw(message)
-    rec = REQUEST.get()
-    if rec is not None:
-        rec.rename(method.name, rec.binding)
-        rec.principal(call.principal)
+    """Run the pipeline's interceptors, call `method` and render what it answers. An error
+    before a stream starts is raised, for the binding to answer as an ErrorReply."""
+    logged = record.current()
+    if logged is None:  # not under an A2A route's entry (access.py): a call of its own
+        logged = pipeline.open("jsonrpc", method.name)
+    logged.named(method.name)
+    await pipeline.admit(logged, call, message)
     if method.server_streaming:
         events = await invoker.stream(method.name, message, call)
-        return DocumentStream(events, renderer, f"{where} stream")
+        return DocumentStream(events, renderer, f"{where} stream", logged)
     response = await invoker.unary(method.name, message, call)
-    if logged is not None:
-        logged.saw(response)
-    if rec is not None:
-        describe(rec, response)
+    logged.replied(response)
     return renderer.result(response)

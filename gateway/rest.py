@@ -25,7 +25,8 @@ from gateway.params import Caller, call_context
 from gateway.replies import invoke
 from gateway.routes import Router, route_table, with_post_aliases
 from gateway.transcode import build_request, parse_json_body, resolve_path
-from service.net import access
+from service.calls import record
+from service.calls.pipeline import Pipeline
 from service.protocol.errors import MethodNotFoundError
 
 
@@ -47,8 +48,15 @@ def build_router(service: ServiceDescriptor) -> Router:
 
 
 class RestEndpoint:
-    def __init__(self, invoker: Invoker, service: ServiceDescriptor, options: HttpOptions) -> None:
+    def __init__(
+        self,
+        invoker: Invoker,
+        service: ServiceDescriptor,
+        options: HttpOptions,
+        pipeline: Pipeline | None = None,
+    ) -> None:
         self.invoker = invoker
+        self.pipeline = pipeline or Pipeline()
         self.router = build_router(service)
         self.request_classes = {
             m.name: message_factory.GetMessageClass(m.input_type) for m in service.methods
@@ -75,7 +83,7 @@ class RestEndpoint:
                 )
             route = match.route
             name = route.method.name
-            access.name_method(name)
+            record.name_method(name)
             body = None
             if route.body:
                 raw = await read_json_body(request, self.options.max_body_bytes)
@@ -90,7 +98,9 @@ class RestEndpoint:
                 reject_unknown=self.options.reject_unknown_fields,
             )
             call = call_context(caller, request.headers, request.query_params)
-            reply = await invoke(self.invoker, route.method, message, call, codec, f"REST {name}")
+            reply = await invoke(
+                self.invoker, self.pipeline, route.method, message, call, codec, f"REST {name}"
+            )
         except Exception as exc:
             return forward_error(exc, codec, f"REST {name}")
         return forward(reply, codec, self.options)

@@ -4,9 +4,9 @@
 the span of every request but the probes and `/metrics`, continuing a W3C
 `traceparent` / `tracestate` from the headers, keeps it current while the request is
 handled, and records `http.server.request.duration` when the response is done.
-While a request runs, `REQUEST` holds its `hub.Call`: the one HTTP tail (replies.py)
-names it after the A2A method once known, notes the principal, the task and the
-outcome, and counts its stream and events.
+While a request runs, `REQUEST` holds its `hub.Call`: the record of an A2A call made
+under it (service.calls) adopts it as its span, names it after the A2A method once known,
+notes the principal, the task and the outcome, and counts its stream and events.
 
 The request's method and scheme are the caller's to choose: one outside the known sets
 (names.HTTP_METHODS, names.URL_SCHEMES) is recorded as `_OTHER`, and such a request's span
@@ -19,9 +19,10 @@ from contextvars import ContextVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.calls.record import REQUEST_SPAN
 from service.telemetry import hub, names
 
-REQUEST: ContextVar[hub.Call | None] = ContextVar("a2a_http_request", default=None)
+REQUEST: ContextVar[hub.Call | None] = REQUEST_SPAN
 UNTRACED = ("/health", "/metrics")  # probes and scrapes: no spans, no request metric
 _CARRIED = (hub.TRACEPARENT.encode(), hub.TRACESTATE.encode())
 _SPAN_NAMES = {method: f"HTTP {method}" for method in names.HTTP_METHODS}

@@ -21,24 +21,19 @@ from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.cards.card import Cards
 from service.engine.files import StoredFile
-from service.engine.limits import RateLimiter, Slots
+from service.engine.limits import Slots
 from service.engine.registry import Engine, Turn
 from service.engine.stream import HeldStream
 from service.inputs.policy import InputPolicy
-from service.protocol.admission import Gate
 from service.protocol.errors import (
-    ExtensionSupportRequiredError,
     PushNotificationNotSupportedError,
     TaskNotFoundError,
-    VersionNotSupportedError,
     invalid_field,
 )
 from service.protocol.files import SHA256_HEX
 from service.protocol.params import (  # noqa: F401 - CallContext: what every binding builds
     CREDENTIAL_KEYS,
-    SUPPORTED_VERSIONS,
     CallContext,
-    is_supported_version,
 )
 from service.protocol.validation import (
     check_history_length,
@@ -102,48 +97,24 @@ class A2AApi:
         cards: Cards,
         *,
         push_notifications: bool = False,
-        required_extensions: tuple[str, ...] = (),
         push: PushConfigs | None = None,
         inputs: InputPolicy | None = None,
-        gate: Gate | None = None,
-        rate_limit: RateLimiter | None = None,
         streams: Slots | None = None,
     ) -> None:
         self.engine = engine
         self.cards = cards
         self.push_notifications = push_notifications
-        self.required_extensions = required_extensions
         self.push = push  # None: push configs are not offered
         self.inputs = inputs  # None: no limits, media type or workspace checks (service.inputs)
-        self.gate = gate or Gate()  # closed by a drain: new calls are refused
-        self.rate_limit = rate_limit  # None: no request rate limit per principal
         self.streams = streams if streams is not None and streams.enabled else None
 
     # ---- shared checks -----------------------------------------------------
 
-    def _let_in(self, call: CallContext) -> None:
-        """What every call passes first, RPC or not (a download): the drain gate and the
-        caller's rate limit."""
-        if self.gate.closed:
-            self.gate.check()
-        if self.rate_limit is not None:
-            self.rate_limit.check(call.principal)
-
-    def _admit(self, call: CallContext, request: ProtoMessage) -> Scope:
-        self._let_in(call)
-        version = call.version
-        if version != "1.0" and not is_supported_version(version):
-            raise VersionNotSupportedError(
-                f"A2A version {version!r} is not supported; supported: {', '.join(SUPPORTED_VERSIONS)}. "
-                "Send the header 'A2A-Version: 1.0' (gRPC metadata 'a2a-version').",
-                metadata={"requested": version, "supported": ",".join(SUPPORTED_VERSIONS)},
-            )
-        missing = [u for u in self.required_extensions if u not in call.extensions]
-        if missing:
-            raise ExtensionSupportRequiredError(
-                f"This agent requires the extension(s) {', '.join(missing)}; list them in the "
-                "A2A-Extensions header (gRPC metadata 'a2a-extensions')."
-            )
+    @staticmethod
+    def _admit(call: CallContext, request: ProtoMessage) -> Scope:
+        """The request's required fields and its tenant, as the scope it acts in. (Whether
+        the call may be made at all — the drain, the caller's rate, the version and
+        extensions — the call pipeline decided before: service.calls.)"""
         check_required(request)
         return Scope(tenant=check_tenant(request), owner=call.principal)
 
@@ -420,9 +391,8 @@ class A2AApi:
         self, call: CallContext, tenant: str, task_id: str, sha256: str
     ) -> StoredFile:
         """A task's stored file, for the task's owner in its tenant; anyone else gets
-        TaskNotFoundError exactly as from GetTask. A plain download: no A2A-Version needed,
-        but the caller's rate limit counts it like any call."""
-        self._let_in(call)
+        TaskNotFoundError exactly as from GetTask. (A plain download: the call pipeline
+        asks no A2A-Version of it, but counts it against the caller's rate limit.)"""
         check_id(tenant, "tenant")
         check_id(task_id, "taskId", required=True)
         if not SHA256_HEX.fullmatch(sha256):

@@ -2,13 +2,15 @@
 (A2AError -> status with typed details, and back for the proxy), and registration.
 
 Methods are bound from the service descriptor, not written one by one: every
-RPC in the contract maps to the A2AApi method of the same name.
+RPC in the contract maps to the A2AApi method of the same name, and runs the call
+pipeline (service.calls) around it — this module is the codec: metadata and the
+request message in, a response, a stream or a status with typed details out.
 
 Registration parses requests tolerantly: grpc's generated code parses with
 `FromString`, and bytes that are not a valid message then surface as status
 UNKNOWN with the parser's exception text. Here such a request becomes
-INVALID_ARGUMENT with the A2A InvalidRequest reason, before the servicer sees it
-(after authentication, so an unknown caller still gets UNAUTHENTICATED).
+INVALID_ARGUMENT with the A2A InvalidRequest reason, after authentication (an unknown
+caller still gets UNAUTHENTICATED).
 """
 
 from __future__ import annotations
@@ -31,23 +33,21 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
 from service.auth.schemes import CallMetadata, call_metadata
-from service.engine.limits import refuse
-from service.net.access import CANCELLED, AccessLog, Call
+from service.calls.pipeline import Pipeline
+from service.calls.record import Call
+from service.net.limits import CallLimit
 from service.protocol.errors import (
     A2AError,
     InvalidRequestError,
-    as_a2a_error,
     error_details,
 )
-from service.telemetry import hub, names
-from service.telemetry.describe import describe
+from service.telemetry import names
 
 log = logging.getLogger("service.grpc")
 
 SERVICE = pb.DESCRIPTOR.services_by_name["A2AService"]
-# metadata -> principal, or raise UnauthenticatedError; it may remove the credentials from
-# the metadata (service.auth.Authenticator does), so they go no further than this check.
-Authenticator = Callable[[dict[str, str]], Awaitable[str]]
+SERVICE_NAME = SERVICE.full_name
+ACCESS_BINDING = "grpc"  # the binding's name in access lines
 
 
 def error_status(err: A2AError) -> grpc.Status:
@@ -99,164 +99,122 @@ def metadata_of(context: grpc.aio.ServicerContext) -> CallMetadata:
     return call_metadata(context.invocation_metadata() or ())  # notes repeated credentials
 
 
-async def call_context(metadata: CallMetadata, authenticate: Authenticator | None) -> CallContext:
-    principal = await authenticate(metadata) if authenticate is not None else ""
-    return CallContext(metadata=metadata, principal=principal)
+class Undecodable:
+    """Stands in for a request whose bytes are not a valid message of its type."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
 
 
-class CallLimit:
-    """Calls in flight on the gRPC binding, and how many may be at once (0: no limit). Past
-    it a call is refused at once, RESOURCE_EXHAUSTED with a retry hint, instead of queueing
-    until grpc gives up on it."""
-
-    __slots__ = ("limit", "active")
-
-    def __init__(self, limit: int = 0) -> None:
-        self.limit = limit
-        self.active = 0
-
-    def refusal(self) -> A2AError:
-        return refuse(
-            "grpc_max_concurrent_calls",
-            self.limit,
-            f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
-            retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
+def _decoded(request: ProtoMessage | Undecodable) -> ProtoMessage:
+    if isinstance(request, Undecodable):
+        raise InvalidRequestError(
+            f"The request is not a valid {request.type_name} protobuf message."
         )
+    return request
 
 
-RETRY_AFTER_OVERLOAD_SECONDS = 1.0
+class _Binding:
+    """What every generated method shares: the pipeline, and the binding's own limit on
+    calls in flight (taken before anything else, so a flood costs no authentication)."""
+
+    __slots__ = ("pipeline", "calls")
+
+    def __init__(self, pipeline: Pipeline, calls: CallLimit) -> None:
+        self.pipeline = pipeline
+        self.calls = calls
+
+    async def enter(
+        self, call: Call, metadata: CallMetadata, request: ProtoMessage | Undecodable
+    ) -> tuple[ProtoMessage, CallContext]:
+        """Authentication, the request's decoding, the interceptors (the call holds a slot
+        of the call limit by now)."""
+        if not isinstance(request, Undecodable):
+            call.saw(request)
+        pipeline = self.pipeline
+        principal = await pipeline.authenticate(call, metadata)
+        message = _decoded(request)  # after authentication: an unknown caller learns nothing
+        context = CallContext(metadata=metadata, principal=principal)
+        await pipeline.admit(call, context, message)
+        return message, context
 
 
-def _unary(
-    name: str,
-    api: A2AApi,
-    authenticate: Authenticator | None,
-    calls: CallLimit,
-    access: AccessLog | None,
-) -> Callable[..., Awaitable[Any]]:
+def _unary(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Awaitable[Any]]:
     handler = getattr(api, name)
-    tel = hub.current  # None (telemetry off): no span, no metric, one `is None` per step
+    pipeline = binding.pipeline
 
-    async def method(self: object, request: ProtoMessage, context: grpc.aio.ServicerContext) -> Any:
-        call = access.open("grpc", name) if access is not None else None
+    async def method(self: object, request: Any, context: grpc.aio.ServicerContext) -> Any:
         metadata = metadata_of(context)
-        rec = tel.server_call(name, names.GRPC, metadata) if tel else None
+        call = pipeline.open(
+            ACCESS_BINDING, name, span_binding=names.GRPC, carrier=metadata, service=SERVICE_NAME
+        )
+        calls = binding.calls
+        held = False
         try:
-            if calls.limit and calls.active >= calls.limit:
-                await _abort(context, calls.refusal(), call, rec)
-            calls.active += 1
-            try:
-                if call is not None:
-                    call.saw(request)
-                ctx = await call_context(metadata, authenticate)
-                if call is not None:
-                    call.principal = ctx.principal
-                if rec is not None:
-                    rec.principal(ctx.principal)
-                response = await handler(request, ctx)
-                if call is not None:
-                    call.saw(response)
-                if rec is not None:
-                    describe(rec, response)
-                return response
-            except Exception as exc:  # every failure leaves as a typed status
-                await _abort(context, as_a2a_error(exc, name), call, rec)
-            except asyncio.CancelledError:  # the caller went away
-                if call is not None:
-                    call.outcome = CANCELLED
-                raise
-            finally:
-                calls.active -= 1
+            calls.take()
+            held = True
+            message, ctx = await binding.enter(call, metadata, request)
+            response = await handler(message, ctx)
+            call.replied(response)
+            return response
+        except Exception as exc:  # every failure leaves as a typed status
+            await context.abort_with_status(error_status(pipeline.failed(call, exc, name)))
+        except asyncio.CancelledError:  # the caller went away
+            call.cancelled()
+            raise
         finally:
-            if call is not None:
-                call.close()  # while the call's span is still current (its ids in the line)
-            if rec is not None:
-                rec.end_rpc(SERVICE.full_name)
+            if held:
+                calls.give()
+            pipeline.close(call)
 
     method.__name__ = name
     return method
 
 
-def _streaming(
-    name: str,
-    api: A2AApi,
-    authenticate: Authenticator | None,
-    calls: CallLimit,
-    access: AccessLog | None,
-) -> Callable[..., AsyncIterator[Any]]:
+def _streaming(name: str, api: A2AApi, binding: _Binding) -> Callable[..., AsyncIterator[Any]]:
     handler = getattr(api, name)
-    tel = hub.current
+    pipeline = binding.pipeline
 
     async def method(
-        self: object, request: ProtoMessage, context: grpc.aio.ServicerContext
+        self: object, request: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        call = access.open("grpc", name) if access is not None else None
         metadata = metadata_of(context)
-        rec = tel.server_call(name, names.GRPC, metadata) if tel else None
+        call = pipeline.open(
+            ACCESS_BINDING, name, span_binding=names.GRPC, carrier=metadata, service=SERVICE_NAME
+        )
+        calls = binding.calls
+        held = False
         try:
-            if calls.limit and calls.active >= calls.limit:
-                await _abort(context, calls.refusal(), call, rec)
-            calls.active += 1
-            try:
-                if call is not None:
-                    call.saw(request)
-                ctx = await call_context(metadata, authenticate)
-                if call is not None:
-                    call.principal = ctx.principal
-                if rec is not None:
-                    rec.principal(ctx.principal)
-                events = await handler(request, ctx)
-                if rec is not None:
-                    rec.detach()  # the events are sent outside the span's context
-                    rec.stream_opened()
-                async for event in events:
-                    if call is not None:
-                        call.saw(event)
-                    if rec is not None:
-                        rec.stream_event(event, describe)
-                    yield event
-            except Exception as exc:
-                await _abort(context, as_a2a_error(exc, name), call, rec)
-            except asyncio.CancelledError:  # the caller went away
-                if call is not None:
-                    call.outcome = CANCELLED
-                raise
-            finally:
-                calls.active -= 1
+            calls.take()
+            held = True
+            message, ctx = await binding.enter(call, metadata, request)
+            events = await handler(message, ctx)
+            call.streaming()
+            async for event in events:
+                call.event(event)
+                yield event
+        except Exception as exc:
+            await context.abort_with_status(error_status(pipeline.failed(call, exc, name)))
+        except asyncio.CancelledError:  # the caller went away
+            call.cancelled()
+            raise
         finally:
-            if call is not None:
-                call.close()
-            if rec is not None:
-                rec.end_rpc(SERVICE.full_name)
+            if held:
+                calls.give()
+            pipeline.close(call)
 
     method.__name__ = name
     return method
-
-
-async def _abort(
-    context: grpc.aio.ServicerContext, err: A2AError, call: Call | None, rec: hub.Call | None
-) -> None:
-    """End the call with `err` as a typed status (and say so in its access line and span)."""
-    if call is not None:
-        call.failed(err)
-    if rec is not None:
-        rec.failed(err.reason, err.grpc_status)
-    await context.abort_with_status(error_status(err))
 
 
 def make_servicer(
-    api: A2AApi,
-    authenticate: Authenticator | None = None,
-    calls: CallLimit | None = None,
-    access: AccessLog | None = None,
+    api: A2AApi, pipeline: Pipeline | None = None, calls: CallLimit | None = None
 ) -> a2a_pb2_grpc.A2AServiceServicer:
-    """A servicer instance whose methods are generated from the service descriptor;
-    `access`: write an access line per call (None: off)."""
-    limit = calls or CallLimit()
+    """A servicer instance whose methods are generated from the service descriptor, each
+    running `pipeline` (default: no authentication, interceptors, access log or spans)."""
+    binding = _Binding(pipeline or Pipeline(), calls or CallLimit())
     methods = {
-        m.name: (_streaming if m.server_streaming else _unary)(
-            m.name, api, authenticate, limit, access
-        )
+        m.name: (_streaming if m.server_streaming else _unary)(m.name, api, binding)
         for m in SERVICE.methods
     }
     cls = type("A2AServicer", (a2a_pb2_grpc.A2AServiceServicer,), methods)
@@ -264,13 +222,6 @@ def make_servicer(
 
 
 # ----------------------------------------------------------------------------- registration
-
-
-class Undecodable:
-    """Stands in for a request whose bytes are not a valid message of its type."""
-
-    def __init__(self, type_name: str) -> None:
-        self.type_name = type_name
 
 
 def _parser(cls: Any) -> Callable[[bytes], Any]:
@@ -283,93 +234,62 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-async def _refuse(
-    request: Undecodable,
-    context: grpc.aio.ServicerContext,
-    authenticate: Authenticator | None,
-    call: Call | None,
-) -> None:
-    err: A2AError
-    try:
-        # UnauthenticatedError first, as for any call
-        ctx = await call_context(metadata_of(context), authenticate)
-        if call is not None:
-            call.principal = ctx.principal
-        err = InvalidRequestError(
-            f"The request is not a valid {request.type_name} protobuf message."
-        )
-    except Exception as exc:
-        err = as_a2a_error(exc, "gRPC request parsing")
-    try:
-        await _abort(context, err, call, None)
-    finally:
-        if call is not None:
-            call.close()
-
-
 # A handler as grpc calls it: (request, context) -> response, or an async iterator of them.
 Handler = Callable[[Any, Any], Any]
 
 
-def _parsed_unary(
-    behavior: Callable[[Any, Any], Awaitable[Any]],
-    authenticate: Authenticator | None,
-    access: AccessLog | None = None,
-) -> Callable[[Any, Any], Awaitable[Any]]:
-    async def handle(request: ProtoMessage | Undecodable, context: grpc.aio.ServicerContext) -> Any:
+def _refusing_undecodable(behavior: Handler) -> Handler:
+    """A handler of a service without the pipeline (health): an undecodable request is
+    refused as InvalidRequest before it runs."""
+
+    async def refuse(request: Undecodable, context: grpc.aio.ServicerContext) -> None:
+        err = InvalidRequestError(
+            f"The request is not a valid {request.type_name} protobuf message."
+        )
+        await context.abort_with_status(error_status(err))
+
+    if inspect.isasyncgenfunction(behavior):
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if isinstance(request, Undecodable):
+                await refuse(request, context)
+            async for event in behavior(request, context):
+                yield event
+
+        return stream
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
-            call = access.open("grpc", behavior.__name__) if access is not None else None
-            await _refuse(request, context, authenticate, call)
+            await refuse(request, context)
         return await behavior(request, context)
 
-    return handle
-
-
-def _parsed_streaming(
-    behavior: Handler, authenticate: Authenticator | None, access: AccessLog | None = None
-) -> Handler:
-    if not inspect.isasyncgenfunction(behavior):  # writes with context.write (health's Watch)
-        return _parsed_unary(behavior, authenticate, access)
-
-    async def handle(
-        request: ProtoMessage | Undecodable, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
-        if isinstance(request, Undecodable):
-            call = access.open("grpc", behavior.__name__) if access is not None else None
-            await _refuse(request, context, authenticate, call)
-        async for event in behavior(request, context):
-            yield event
-
-    return handle
+    return unary
 
 
 def add_servicer(
-    servicer: Any,
-    server: grpc.aio.Server,
-    authenticate: Authenticator | None = None,
-    service: ServiceDescriptor = SERVICE,
-    access: AccessLog | None = None,
+    servicer: Any, server: grpc.aio.Server, service: ServiceDescriptor = SERVICE
 ) -> None:
     """`add_<Service>Servicer_to_server` (the A2A service by default; also the public health
-    service, without `authenticate`), with tolerant request parsing; `access`: an access line
-    for requests refused as undecodable (the servicer writes those of the others)."""
+    service) with tolerant request parsing: bytes that are not a valid message reach the
+    A2A servicer as `Undecodable` (its pipeline refuses them after authentication); other
+    services refuse them before their handler runs."""
     handlers = {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
         behavior = getattr(servicer, method.name)
-        if method.server_streaming:
-            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                _parsed_streaming(behavior, authenticate, access),
-                request_deserializer=_parser(request_cls),
-                response_serializer=response_cls.SerializeToString,
-            )
-        else:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _parsed_unary(behavior, authenticate, access),
-                request_deserializer=_parser(request_cls),
-                response_serializer=response_cls.SerializeToString,
-            )
+        if service is not SERVICE:
+            behavior = _refusing_undecodable(behavior)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            behavior,
+            request_deserializer=_parser(request_cls),
+            response_serializer=response_cls.SerializeToString,
+        )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )

@@ -51,6 +51,9 @@ from service.app.housekeeping import Housekeeping
 from service.app.ownership import LOCK_FILE, InUseError, Ownership
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
+from service.calls.access import AccessLog
+from service.calls.admission import admission
+from service.calls.pipeline import Pipeline
 from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.bus import EventBus
@@ -68,12 +71,11 @@ from service.engine.retention import (
     sweep_interval,
 )
 from service.engine.settings import open_bus, shares_ports
-from service.grpc_binding import SERVICE, CallLimit, add_servicer, make_servicer
+from service.grpc_binding import SERVICE, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net import logs
-from service.net.access import AccessLog
-from service.net.limits import grpc_server_options, raise_nofile_limit
+from service.net.limits import CallLimit, grpc_server_options, raise_nofile_limit
 from service.net.readiness import Readiness, from_health
 from service.permission.policy import policy_from_settings as permission_policy
 from service.protocol.admission import Gate
@@ -189,6 +191,8 @@ class Service:
     serving: bool = False  # what both health checks report
     readiness: Readiness = field(default_factory=Readiness)  # the parts calls need, checked
     access: AccessLog | None = None  # None: no access log
+    pipeline: Pipeline | None = None  # what every call runs, on every binding (service.calls)
+    rate_limit: RateLimiter | None = None  # rate_limit_per_principal (None: off)
     probes: HttpServer | None = None  # probe_port: /health, /health/live, /health/ready alone
     probe_port: int = 0
     gate: Gate = field(default_factory=Gate)  # closed: new calls are refused (draining)
@@ -232,6 +236,7 @@ class Service:
                 self.http_port = self.http.port
             if self.auth is not None and self.auth.jwt is not None:
                 await self.auth.jwt.keys.prime()
+            self.pipeline = self._pipeline()
             if s.upstream:
                 self.cards = self._cards(agent)
                 self.invoker = GatedInvoker(GrpcInvoker(s.upstream, SERVICE), self.gate)
@@ -286,6 +291,25 @@ class Service:
         )
         await self._set_health(status)
 
+    def _pipeline(self) -> Pipeline:
+        """What every call runs on every binding: authentication, then (in-process) the drain
+        gate, the caller's rate limit, the version and required extensions. A proxy checks
+        only who calls: its upstream admits the call (its drain: GatedInvoker)."""
+        s = self.settings
+        if s.upstream:
+            steps = admission(None, check_version=False)
+        else:
+            if s.rate_limit_per_principal:
+                self.rate_limit = RateLimiter(s.rate_limit_per_principal, s.rate_limit_burst)
+            steps = admission(self.gate, self.rate_limit, tuple(s.required_extensions))
+        return Pipeline(
+            authenticator=self.auth,
+            interceptors=steps,
+            access=self.access,
+            telemetry=self.telemetry.telemetry if self.telemetry is not None else None,
+            forward_credentials=bool(s.upstream),
+        )
+
     async def _start_probes(self) -> None:
         """probe_port: the probes alone, plaintext, no client certificate (for kubelet and
         load balancers when mTLS is on)."""
@@ -314,16 +338,14 @@ class Service:
             if self.signer is not None and self.signer.keys and s.card_jwks_path
             else None,
             jwks_path=s.card_jwks_path,
-            auth=self.auth,
-            forward_credentials=bool(s.upstream),
+            pipeline=self.pipeline,
             files=self.api,  # None in proxy mode: the files live with the upstream
             reject_unknown_fields=s.json_unknown_fields == REJECT,
-            access=self.access,
             readiness=self.readiness,
             metrics=self.telemetry.metrics_text
             if self.telemetry is not None and s.metrics_endpoint and not s.metrics_port
             else None,
-            rate_limit=self.api.rate_limit if self.api is not None else None,
+            rate_limit=self.rate_limit,
         )
         if self.telemetry is not None:
             app = TelemetryMiddleware(app, self.telemetry.telemetry)
@@ -471,7 +493,6 @@ class Service:
             self.engine,
             self.cards,
             push_notifications=s.push_notifications,
-            required_extensions=tuple(s.required_extensions),
             push=self.push,
             inputs=policy_from_settings(
                 s,
@@ -480,10 +501,6 @@ class Service:
                 # every tenant's stored files too: no file:// part may read them
                 denied=[s.data_dir, str(blobs.root), *secret_files(s)],
             ),
-            gate=self.gate,
-            rate_limit=RateLimiter(s.rate_limit_per_principal, s.rate_limit_burst)
-            if s.rate_limit_per_principal
-            else None,
             streams=Slots(
                 0,
                 s.max_streams_per_principal,
@@ -491,16 +508,9 @@ class Service:
                 "streams",
             ),
         )
+        assert self.pipeline is not None
         add_servicer(
-            make_servicer(
-                self.api,
-                authenticate=self.auth,
-                calls=CallLimit(s.grpc_max_concurrent_calls),
-                access=self.access,
-            ),
-            server,
-            authenticate=self.auth,
-            access=self.access,
+            make_servicer(self.api, self.pipeline, CallLimit(s.grpc_max_concurrent_calls)), server
         )
         self.health = HealthServicer()
         add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])

@@ -26,6 +26,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from service.engine.limits import refuse
+from service.protocol.errors import A2AError
+
 log = logging.getLogger("service.netlimits")
 
 MIN_FD_RESERVE = 32
@@ -265,3 +268,35 @@ def validate_netlimits(s: NetSettings) -> None:
             raise ValueError(
                 f"{key}: must be between 0 (no limit) and 2592000 seconds (got {getattr(s, key)})"
             )
+
+
+RETRY_AFTER_OVERLOAD_SECONDS = 1.0
+
+
+class CallLimit:
+    """Calls in flight on the gRPC binding, and how many may be at once (0: no limit). Past
+    it a call is refused at once, RESOURCE_EXHAUSTED with a retry hint, instead of queueing
+    until grpc gives up on it."""
+
+    __slots__ = ("limit", "active")
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self.active = 0
+
+    def take(self) -> None:
+        """Hold a slot for a call, or raise the refusal (`give` returns the slot)."""
+        if self.limit and self.active >= self.limit:
+            raise self.refusal()
+        self.active += 1
+
+    def give(self) -> None:
+        self.active -= 1
+
+    def refusal(self) -> A2AError:
+        return refuse(
+            "grpc_max_concurrent_calls",
+            self.limit,
+            f"The server is handling its limit of {self.limit} concurrent calls; retry shortly.",
+            retry_after=RETRY_AFTER_OVERLOAD_SECONDS,
+        )

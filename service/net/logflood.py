@@ -127,7 +127,7 @@ def _one_line(record: logging.LogRecord, exc: BaseException) -> None:
 
 # Loggers a client can make speak: asyncio (failed accepts, transport errors), uvicorn
 # (malformed requests, disconnects), the gateway's connection guard, and the access lines
-# of refused credentials (service.net.access; a few per minute get through).
+# of refused credentials (service.calls.access; a few per minute get through).
 FLOODABLE = ("asyncio", "uvicorn.error", "gateway.connections", "service.access.unauthenticated")
 BURST = {"service.access.unauthenticated": 10}  # records of a kind per window (default 1)
 _installed: dict[str, FloodFilter] = {}

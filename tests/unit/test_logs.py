@@ -1,5 +1,5 @@
 """Log records as JSON lines or text (service.net.logs), redaction, and the access line's
-fields (service.net.access) including the trace and span id of the current span."""
+fields (service.calls.access) including the trace and span id of the current span."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from gen import a2a_pb2 as pb
 from service.app import config
-from service.net import access, logs
+from service.calls import access
+from service.net import logs
 from service.net.logs import JsonFormatter, Redactor, TextFormatter
 
 
