@@ -215,7 +215,8 @@ async def test_a_stream_is_one_record_with_its_events_task(caplog, telemetry):
     api = FakeApi()
     servicer = make_servicer(api, Pipeline(access=AccessLog(), telemetry=tel))
     events = [
-        e async for e in servicer.SubscribeToTask(pb.SubscribeToTaskRequest(id="t-9"), FakeContext())
+        e
+        async for e in servicer.SubscribeToTask(pb.SubscribeToTaskRequest(id="t-9"), FakeContext())
     ]
     assert len(events) == 2
     [line] = access_lines(caplog)
