@@ -448,6 +448,24 @@ BUILTIN_AGENTS = {
 }
 
 
+def import_object(spec: str, what: str) -> Any:
+    """The object an import path `package.module:attr` names (a ValueError, saying which
+    `what` and why, when it cannot be found)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{what} {spec!r}: expected 'package.module:attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{what} {spec!r}: cannot import module {module_name!r} ({exc})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(
+            f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}"
+        ) from None
+
+
 def load_agent(spec: str, **options: Any) -> Agent:
     """Resolve `echo`, `command` or `package.module:attr` to an agent object."""
     path = BUILTIN_AGENTS.get(spec, spec)
@@ -456,16 +474,7 @@ def load_agent(spec: str, **options: Any) -> Agent:
         raise ValueError(
             f"agent {spec!r}: expected 'package.module:attr' or one of {sorted(BUILTIN_AGENTS)}"
         )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"agent {spec!r}: cannot import module {module_name!r} ({exc})") from None
-    try:
-        target = getattr(module, attr)
-    except AttributeError:
-        raise ValueError(
-            f"agent {spec!r}: module {module_name!r} has no attribute {attr!r}"
-        ) from None
+    target = import_object(path, "agent")
     agent = (
         target(**options)
         if isinstance(target, type) or (callable(target) and not hasattr(target, "run"))

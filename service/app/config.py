@@ -170,6 +170,14 @@ class Settings(
         default_factory=list,
         metadata={"help": "extension URIs callers must list in `A2A-Extensions`"},
     )
+    call_interceptors: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "your own steps on every call, every binding: import paths "
+            "`package.module:attr` of interceptors (README: Call interceptors), run in order "
+            "after the built-in checks"
+        },
+    )
     card_max_age: int = field(
         default=60, metadata={"help": "`Cache-Control: max-age` of the agent card"}
     )

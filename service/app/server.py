@@ -24,7 +24,7 @@ import os
 import pathlib
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,8 @@ from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.calls.access import AccessLog
 from service.calls.admission import admission
-from service.calls.pipeline import Pipeline
+from service.calls.configured import load_interceptors
+from service.calls.pipeline import Interceptor, Pipeline
 from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.bus import EventBus
@@ -236,7 +237,9 @@ class Service:
                 self.http_port = self.http.port
             if self.auth is not None and self.auth.jwt is not None:
                 await self.auth.jwt.keys.prime()
-            self.pipeline = self._pipeline()
+            with _setting("call_interceptors"):
+                configured = load_interceptors(s.call_interceptors)
+            self.pipeline = self._pipeline(configured)
             if s.upstream:
                 self.cards = self._cards(agent)
                 self.invoker = GatedInvoker(GrpcInvoker(s.upstream, SERVICE), self.gate)
@@ -291,10 +294,11 @@ class Service:
         )
         await self._set_health(status)
 
-    def _pipeline(self) -> Pipeline:
+    def _pipeline(self, configured: Sequence[Interceptor] = ()) -> Pipeline:
         """What every call runs on every binding: authentication, then (in-process) the drain
         gate, the caller's rate limit, the version and required extensions. A proxy checks
-        only who calls: its upstream admits the call (its drain: GatedInvoker)."""
+        only who calls: its upstream admits the call (its drain: GatedInvoker). `configured`
+        (call_interceptors) run after those, in both."""
         s = self.settings
         if s.upstream:
             steps = admission(None, check_version=False)
@@ -304,7 +308,7 @@ class Service:
             steps = admission(self.gate, self.rate_limit, tuple(s.required_extensions))
         return Pipeline(
             authenticator=self.auth,
-            interceptors=steps,
+            interceptors=[*steps, *configured],
             access=self.access,
             telemetry=self.telemetry.telemetry if self.telemetry is not None else None,
             forward_credentials=bool(s.upstream),
