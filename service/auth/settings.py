@@ -132,6 +132,39 @@ SECRET_FILE_KEYS = (
 )
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """One kind of static credential: the key of its entries (`KEY` inline, `KEY_file` for
+    a file), the separator of name and secret, and what the secret must be."""
+
+    key: str
+    sep: str
+    what: str
+    min_chars: int
+    allow_spaces: bool = False
+
+
+CREDENTIALS = (
+    Credentials("auth_bearer_tokens", "=", "token", MIN_TOKEN_CHARS),
+    Credentials("auth_basic_users", ":", "password", MIN_PASSWORD_CHARS, allow_spaces=True),
+    Credentials("auth_api_keys", "=", "key", MIN_TOKEN_CHARS),
+)
+
+
+def _pairs(s: SecuritySettings, kind: Credentials, lenient: bool = False) -> list[tuple[str, str]]:
+    """The (name, secret) entries of one kind, inline and from its file; `lenient` takes
+    any secret however short (to redact what is configured, not to accept it)."""
+    return load_pairs(
+        getattr(s, kind.key),
+        getattr(s, f"{kind.key}_file"),
+        key=kind.key,
+        sep=kind.sep,
+        what="secret" if lenient else kind.what,
+        min_chars=1 if lenient else kind.min_chars,
+        allow_spaces=lenient or kind.allow_spaces,
+    )
+
+
 def secret_files(s: SecuritySettings) -> list[str]:
     """Files of this section that hold secrets or keys (no message may point at them)."""
     return [path for path in (getattr(s, key) for key in SECRET_FILE_KEYS) if path]
@@ -213,31 +246,7 @@ def _jwt(s: SecuritySettings) -> JwtVerifier | None:
 def authenticator_from(s: SecuritySettings) -> Authenticator | None:
     """The configured authenticator, or None when authentication is off (nothing configured)."""
     try:
-        bearer = load_pairs(
-            s.auth_bearer_tokens,
-            s.auth_bearer_tokens_file,
-            key="auth_bearer_tokens",
-            sep="=",
-            what="token",
-            min_chars=MIN_TOKEN_CHARS,
-        )
-        basic = load_pairs(
-            s.auth_basic_users,
-            s.auth_basic_users_file,
-            key="auth_basic_users",
-            sep=":",
-            what="password",
-            min_chars=MIN_PASSWORD_CHARS,
-            allow_spaces=True,
-        )
-        api_keys = load_pairs(
-            s.auth_api_keys,
-            s.auth_api_keys_file,
-            key="auth_api_keys",
-            sep="=",
-            what="key",
-            min_chars=MIN_TOKEN_CHARS,
-        )
+        bearer, basic, api_keys = (_pairs(s, kind) for kind in CREDENTIALS)
     except CredentialError as exc:
         raise ValueError(str(exc)) from None
     auth = Authenticator(
@@ -255,15 +264,9 @@ def authenticator_from(s: SecuritySettings) -> Authenticator | None:
 def configured_secrets(s: SecuritySettings) -> list[str]:
     """The tokens, passwords and keys configured (inline and in files), for the log redactor."""
     found: list[str] = []
-    for inline, file, key, sep in (
-        (s.auth_bearer_tokens, s.auth_bearer_tokens_file, "auth_bearer_tokens", "="),
-        (s.auth_basic_users, s.auth_basic_users_file, "auth_basic_users", ":"),
-        (s.auth_api_keys, s.auth_api_keys_file, "auth_api_keys", "="),
-    ):
+    for kind in CREDENTIALS:
         try:
-            pairs = load_pairs(
-                inline, file, key=key, sep=sep, what="secret", min_chars=1, allow_spaces=True
-            )
+            pairs = _pairs(s, kind, lenient=True)
         except (CredentialError, ValueError):
             continue  # reported by authenticator_from
         found += [secret for _, secret in pairs]
