@@ -16,7 +16,9 @@ the messages they are. (The walk: `gateway.transcode.known_fields_only`.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from service.setting import check_section, one_of, setting
 
 IGNORE = "ignore"
 REJECT = "reject"
@@ -27,16 +29,12 @@ POLICIES = (IGNORE, REJECT)
 class UnknownFieldSettings:
     """Request JSON members that name no field (README "Configuration")."""
 
-    json_unknown_fields: str = field(
-        default=IGNORE,
-        metadata={
-            "help": "JSON-RPC and REST request members that name no field: `ignore` (drop them, as the spec asks) or `reject` (`InvalidParams` naming the field); gRPC always ignores them"
-        },
+    json_unknown_fields: str = setting(
+        IGNORE,
+        "JSON-RPC and REST request members that name no field: `ignore` (drop them, as the spec asks) or `reject` (`InvalidParams` naming the field); gRPC always ignores them",
+        check=one_of(POLICIES, '"ignore" or "reject"'),
     )
 
 
 def validate_unknown_fields(s: UnknownFieldSettings) -> None:
-    if s.json_unknown_fields not in POLICIES:
-        raise ValueError(
-            f'json_unknown_fields: expected "ignore" or "reject", got {s.json_unknown_fields!r}'
-        )
+    check_section(s, UnknownFieldSettings)

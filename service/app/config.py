@@ -12,7 +12,7 @@ import dataclasses
 import os
 import pathlib
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from gateway.unknown_fields import UnknownFieldSettings, validate_unknown_fields
@@ -30,9 +30,20 @@ from service.net.logs import LogSettings, validate_logs
 from service.net.readiness import ProbeSettings, validate_probes
 from service.permission.policy import PermissionSettings, validate_permissions
 from service.push.settings import PushSettings, validate_push
+from service.setting import (
+    SECONDS,
+    at_least,
+    between,
+    check_section,
+    greater_than_0,
+    port,
+    rule,
+    setting,
+)
 from service.telemetry.settings import TelemetrySettings, validate_telemetry
 
 ENV_PREFIX = "A2A_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConfigError(ValueError):
@@ -58,146 +69,113 @@ class Settings(
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
-    host: str = field(
-        default="127.0.0.1", metadata={"help": "listen address (`0.0.0.0` for all interfaces)"}
+    host: str = setting("127.0.0.1", "listen address (`0.0.0.0` for all interfaces)")
+    grpc_port: int = setting(50051, "gRPC port; `0` picks a free one", check=port("0-65535"))
+    http_port: int = setting(
+        8080,
+        "HTTP gateway port; `0` picks a free one, `-1` disables the gateway",
+        check=port("0-65535, or -1 to disable", low=-1),
     )
-    grpc_port: int = field(default=50051, metadata={"help": "gRPC port; `0` picks a free one"})
-    http_port: int = field(
-        default=8080,
-        metadata={"help": "HTTP gateway port; `0` picks a free one, `-1` disables the gateway"},
+    data_dir: str = setting(
+        "data", "task database and command-agent workspaces, created on first run"
     )
-    data_dir: str = field(
-        default="data",
-        metadata={"help": "task database and command-agent workspaces, created on first run"},
+    store: str = setting(
+        "",
+        "`sqlite:PATH`, `memory:` (tests and benchmarks; not durable), or `postgresql://USER[:PASSWORD]@HOST[:PORT]/DB` (shared by several processes, see [Scale-out](#scale-out)); query parameters of a PostgreSQL URL are server settings, e.g. `?search_path=a2a`",
+        shown="`sqlite:DATA_DIR/tasks.db`",
     )
-    store: str = field(
-        default="",
-        metadata={
-            "help": "`sqlite:PATH`, `memory:` (tests and benchmarks; not durable), or `postgresql://USER[:PASSWORD]@HOST[:PORT]/DB` (shared by several processes, see [Scale-out](#scale-out)); query parameters of a PostgreSQL URL are server settings, e.g. `?search_path=a2a`",
-            "default": "`sqlite:DATA_DIR/tasks.db`",
-        },
+    store_commit_interval_ms: float = setting(
+        5.0,
+        "group commit (SQLite and PostgreSQL): when independent callers write at once, their writes wait "
+        "until this long after the last commit (twice as long while more writers arrive "
+        "than one slot gathers) and share one transaction; a lone caller's writes commit "
+        "at once; `0` never waits",
+        check=between(
+            0, 1000, "must be between {low} and {high} (milliseconds between group commits)"
+        ),
     )
-    store_commit_interval_ms: float = field(
-        default=5.0,
-        metadata={
-            "help": "group commit (SQLite and PostgreSQL): when independent callers write at once, their writes wait "
-            "until this long after the last commit (twice as long while more writers arrive "
-            "than one slot gathers) and share one transaction; a lone caller's writes commit "
-            "at once; `0` never waits"
-        },
+    agent: str = setting("echo", "`echo`, `command`, or an import path `package.module:attr`")
+    command: str = setting("", 'program run by the `command` agent, shell-quoted (`"wc -w"`)')
+    command_grace_seconds: float = setting(
+        5.0, "SIGTERM→SIGKILL delay when a command turn is canceled"
     )
-    agent: str = field(
-        default="echo",
-        metadata={"help": "`echo`, `command`, or an import path `package.module:attr`"},
+    command_approval: bool = setting(
+        False,
+        "the `command` agent asks permission (`toolName` `command`) before running "
+        "its program each turn; `deny` ends the task `REJECTED` without running it (see "
+        '"Human in the loop")',
     )
-    command: str = field(
-        default="",
-        metadata={"help": 'program run by the `command` agent, shell-quoted (`"wc -w"`)'},
+    command_env: list[str] = setting(
+        [],
+        "what the `command` agent's program gets of the environment besides `PATH`, "
+        "`HOME`, `LANG`, `LC_*`, `TZ`, `TMPDIR` and `A2A_OUTPUT_DIR`: `NAME` passes the "
+        "server's variable on, `NAME=VALUE` sets one (comma list in `A2A_COMMAND_ENV`). "
+        "`A2A_*` and `OTEL_*` names, and values naming a key or secret file of the "
+        "server, are refused",
     )
-    command_grace_seconds: float = field(
-        default=5.0, metadata={"help": "SIGTERM→SIGKILL delay when a command turn is canceled"}
+    public_url: str = setting("", "base URL of the HTTP gateway as clients reach it (agent card)")
+    grpc_public_address: str = setting("", "`host:port` of gRPC as clients reach it (agent card)")
+    upstream: str = setting(
+        "", "proxy mode: run only the gateway, forwarding to this A2A gRPC server"
     )
-    command_approval: bool = field(
-        default=False,
-        metadata={
-            "help": "the `command` agent asks permission (`toolName` `command`) before running "
-            "its program each turn; `deny` ends the task `REJECTED` without running it (see "
-            '"Human in the loop")'
-        },
+    name: str = setting("", "agent card name", shown="the agent's own")
+    description: str = setting("", "agent card description", shown="the agent's own")
+    version: str = setting("0.1.0", "agent card version")
+    provider_organization: str = setting("", "agent card provider: organization")
+    provider_url: str = setting("", "agent card provider: URL (with `provider_organization`)")
+    documentation_url: str = setting("", "agent card documentation URL")
+    skills: list[dict[str, Any]] | None = setting(
+        None, "agent card skills, a list of tables (config file only)", shown="the agent's own"
     )
-    command_env: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "what the `command` agent's program gets of the environment besides `PATH`, "
-            "`HOME`, `LANG`, `LC_*`, `TZ`, `TMPDIR` and `A2A_OUTPUT_DIR`: `NAME` passes the "
-            "server's variable on, `NAME=VALUE` sets one (comma list in `A2A_COMMAND_ENV`). "
-            "`A2A_*` and `OTEL_*` names, and values naming a key or secret file of the "
-            "server, are refused"
-        },
+    input_modes: list[str] = setting(
+        [], "agent card default input media types", shown="the agent's own"
     )
-    public_url: str = field(
-        default="",
-        metadata={"help": "base URL of the HTTP gateway as clients reach it (agent card)"},
+    output_modes: list[str] = setting(
+        [], "agent card default output media types", shown="the agent's own"
     )
-    grpc_public_address: str = field(
-        default="", metadata={"help": "`host:port` of gRPC as clients reach it (agent card)"}
+    extended_card: bool = setting(
+        False,
+        "offer `GetExtendedAgentCard` (`capabilities.extendedAgentCard`; on when "
+        "`extended_skills` are set); authenticated callers only when auth is on",
     )
-    upstream: str = field(
-        default="",
-        metadata={"help": "proxy mode: run only the gateway, forwarding to this A2A gRPC server"},
+    extended_skills: list[dict[str, Any]] | None = setting(
+        None, "the extended card's extra skills, a list of tables (config file only)"
     )
-    name: str = field(
-        default="", metadata={"help": "agent card name", "default": "the agent's own"}
+    required_extensions: list[str] = setting(
+        [], "extension URIs callers must list in `A2A-Extensions`"
     )
-    description: str = field(
-        default="", metadata={"help": "agent card description", "default": "the agent's own"}
+    call_interceptors: list[str] = setting(
+        [],
+        "your own steps on every call, every binding: import paths `package.module:attr` of "
+        "interceptors (README: Call interceptors), run in order after the built-in checks",
     )
-    version: str = field(default="0.1.0", metadata={"help": "agent card version"})
-    provider_organization: str = field(
-        default="", metadata={"help": "agent card provider: organization"}
+    card_max_age: int = setting(
+        60, "`Cache-Control: max-age` of the agent card", check=at_least(0, "must not be negative")
     )
-    provider_url: str = field(
-        default="", metadata={"help": "agent card provider: URL (with `provider_organization`)"}
+    sse_keepalive_seconds: float = setting(
+        15.0,
+        "keep-alive comment interval on idle SSE streams",
+        check=greater_than_0("must be positive (seconds between keep-alive comments)"),
     )
-    documentation_url: str = field(default="", metadata={"help": "agent card documentation URL"})
-    skills: list[dict[str, Any]] | None = field(
-        default=None,
-        metadata={
-            "help": "agent card skills, a list of tables (config file only)",
-            "default": "the agent's own",
-        },
+    drain_seconds: float = setting(
+        5.0,
+        "on SIGTERM: how long running turns and in-flight calls may finish (0–3600)",
+        check=between(0, 3600, SECONDS),
     )
-    input_modes: list[str] = field(
-        default_factory=list,
-        metadata={"help": "agent card default input media types", "default": "the agent's own"},
+    drain_grace_seconds: float = setting(
+        1.0,
+        "on SIGTERM: how long new calls are still taken after health turns non-serving, "
+        "so load balancers notice (capped by `drain_seconds`)",
+        check=between(0, 3600, SECONDS),
     )
-    output_modes: list[str] = field(
-        default_factory=list,
-        metadata={"help": "agent card default output media types", "default": "the agent's own"},
+    log_level: str = setting(
+        "INFO",
+        "`DEBUG`, `INFO`, `WARNING`, `ERROR`",
+        check=rule(
+            lambda v: v.upper() in LOG_LEVELS,
+            "expected DEBUG, INFO, WARNING or ERROR, got {value!r}",
+        ),
     )
-    extended_card: bool = field(
-        default=False,
-        metadata={
-            "help": "offer `GetExtendedAgentCard` (`capabilities.extendedAgentCard`; on when "
-            "`extended_skills` are set); authenticated callers only when auth is on"
-        },
-    )
-    extended_skills: list[dict[str, Any]] | None = field(
-        default=None,
-        metadata={"help": "the extended card's extra skills, a list of tables (config file only)"},
-    )
-    required_extensions: list[str] = field(
-        default_factory=list,
-        metadata={"help": "extension URIs callers must list in `A2A-Extensions`"},
-    )
-    call_interceptors: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "your own steps on every call, every binding: import paths "
-            "`package.module:attr` of interceptors (README: Call interceptors), run in order "
-            "after the built-in checks"
-        },
-    )
-    card_max_age: int = field(
-        default=60, metadata={"help": "`Cache-Control: max-age` of the agent card"}
-    )
-    sse_keepalive_seconds: float = field(
-        default=15.0, metadata={"help": "keep-alive comment interval on idle SSE streams"}
-    )
-    drain_seconds: float = field(
-        default=5.0,
-        metadata={
-            "help": "on SIGTERM: how long running turns and in-flight calls may finish (0–3600)"
-        },
-    )
-    drain_grace_seconds: float = field(
-        default=1.0,
-        metadata={
-            "help": "on SIGTERM: how long new calls are still taken after health turns non-serving, "
-            "so load balancers notice (capped by `drain_seconds`)"
-        },
-    )
-    log_level: str = field(default="INFO", metadata={"help": "`DEBUG`, `INFO`, `WARNING`, `ERROR`"})
 
     @property
     def store_url(self) -> str:
@@ -281,14 +259,9 @@ def load(
     return settings
 
 
-def validate(s: Settings) -> None:
-    for key in ("grpc_port", "http_port"):
-        port = getattr(s, key)
-        low = -1 if key == "http_port" else 0
-        if not low <= port <= 65535:
-            raise ConfigError(
-                f"{key}: {port} is not a port number (0-65535{', or -1 to disable' if low else ''})"
-            )
+def validate_own(s: Settings) -> None:
+    """The checks of the service's own keys (the sections check theirs)."""
+    check_section(s, Settings)
     if s.agent == "command" and not s.command.strip():
         raise ConfigError(
             "command: the command agent needs a program; set --command or A2A_COMMAND"
@@ -303,27 +276,11 @@ def validate(s: Settings) -> None:
             raise ConfigError(
                 "upstream: proxy mode serves only the HTTP gateway; set http_port (not -1)"
             )
-    if s.sse_keepalive_seconds <= 0:
-        raise ConfigError(
-            "sse_keepalive_seconds: must be positive (seconds between keep-alive comments)"
-        )
-    if not 0 <= s.drain_seconds <= 3600:
-        raise ConfigError(
-            f"drain_seconds: must be between 0 and 3600 (seconds), got {s.drain_seconds}"
-        )
-    if not 0 <= s.drain_grace_seconds <= 3600:
-        raise ConfigError(
-            f"drain_grace_seconds: must be between 0 and 3600 (seconds), got {s.drain_grace_seconds}"
-        )
-    if s.card_max_age < 0:
-        raise ConfigError("card_max_age: must not be negative")
-    if not 0 <= s.store_commit_interval_ms <= 1000:
-        raise ConfigError(
-            "store_commit_interval_ms: must be between 0 and 1000 (milliseconds between group commits)"
-        )
-    if s.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigError(f"log_level: expected DEBUG, INFO, WARNING or ERROR, got {s.log_level!r}")
+
+
+def validate(s: Settings) -> None:
     for check in (
+        validate_own,
         validate_push,
         validate_inputs,
         signing.validate_signing,

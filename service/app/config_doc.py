@@ -1,11 +1,12 @@
 """The configuration reference, generated from the settings sections so it cannot drift.
 
 Every key is a field of a settings section (`Settings`' own, then each section it is
-composed of, in order), and every field says what it means in its metadata:
+composed of, in order), and every field is a `setting()` that says what it means (its
+help, kept in the field's metadata):
 
-    probe_port: int = field(default=-1, metadata={"help": "…", "default": "shown default"})
+    probe_port: int = setting(-1, "…", shown="shown default")
 
-`help` is required (a test fails on a field without one); `default` is only for a
+The help is required (a test fails on a field without one); `shown` is only for a
 default that needs words (`the agent's own`) — otherwise the field's own default is
 shown. The flag column comes from the command line's parser. `python -m service
 config-reference --write README.md` replaces the text between the markers; the unit
@@ -20,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from service.app.config import Settings
+from service.setting import own_fields
 
 BEGIN = (
     "<!-- config-reference: generated from the settings sections by "
@@ -31,8 +33,7 @@ OWN_TITLE = "The service: listeners, store, agent, agent card, shutdown"
 
 def sections(root: type = Settings) -> Iterator[tuple[str, list[dataclasses.Field[Any]]]]:
     """(title, fields) per section: the root's own first, then its bases in order."""
-    own = set(root.__annotations__)
-    yield OWN_TITLE, [f for f in dataclasses.fields(root) if f.name in own]
+    yield OWN_TITLE, own_fields(root)
     for base in root.__bases__:
         if dataclasses.is_dataclass(base):
             doc = " ".join((base.__doc__ or base.__name__).split())

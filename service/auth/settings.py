@@ -10,7 +10,7 @@ root calls `authenticator_from` and `tls_from` to build what it wires in, and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from service.auth.credentials import (
@@ -33,6 +33,7 @@ from service.auth.jwt_bearer import (
 from service.auth.schemes import Authenticator
 from service.auth.tls import TlsFiles, tls_files
 from service.protocol.params import EXTENSIONS_KEY, VERSION_KEY
+from service.setting import at_least, check_section, setting
 
 _HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _RESERVED_HEADERS = frozenset(
@@ -58,97 +59,65 @@ MAX_LEEWAY_SECONDS = 600.0
 class SecuritySettings:
     """Who may call (bearer tokens, Basic users, API keys, JWTs) and TLS (README "Security"). Secrets come from the config file, the environment or a *_file; there are no flags for them."""
 
-    auth_bearer_tokens: list[str] = field(
-        default_factory=list,
-        repr=False,
-        metadata={
-            "help": "static bearer tokens, `NAME=TOKEN` entries (comma list in "
-            "`A2A_AUTH_BEARER_TOKENS`); principal `bearer:NAME`. Secret: file or environment "
-            "only"
-        },
+    auth_bearer_tokens: list[str] = setting(
+        [],
+        "static bearer tokens, `NAME=TOKEN` entries (comma list in "
+        "`A2A_AUTH_BEARER_TOKENS`); principal `bearer:NAME`. Secret: file or environment "
+        "only",
+        secret=True,
     )
-    auth_bearer_tokens_file: str = field(
-        default="", metadata={"help": "file with one `NAME=TOKEN` per line (`#` comments)"}
+    auth_bearer_tokens_file: str = setting("", "file with one `NAME=TOKEN` per line (`#` comments)")
+    auth_basic_users: list[str] = setting(
+        [],
+        "HTTP Basic users, `USER:PASSWORD` entries; principal `basic:USER`. Secret: file "
+        "or environment only",
+        secret=True,
     )
-    auth_basic_users: list[str] = field(
-        default_factory=list,
-        repr=False,
-        metadata={
-            "help": "HTTP Basic users, `USER:PASSWORD` entries; principal `basic:USER`. Secret: file "
-            "or environment only"
-        },
+    auth_basic_users_file: str = setting("", "file with one `USER:PASSWORD` per line")
+    auth_api_keys: list[str] = setting(
+        [],
+        "API keys, `NAME=KEY` entries; principal `apikey:NAME`. Secret: file or environment only",
+        secret=True,
     )
-    auth_basic_users_file: str = field(
-        default="", metadata={"help": "file with one `USER:PASSWORD` per line"}
+    auth_api_keys_file: str = setting("", "file with one `NAME=KEY` per line")
+    auth_api_key_header: str = setting(
+        "X-API-Key", "header (gRPC: metadata key, lower case) that carries the API key"
     )
-    auth_api_keys: list[str] = field(
-        default_factory=list,
-        repr=False,
-        metadata={
-            "help": "API keys, `NAME=KEY` entries; principal `apikey:NAME`. Secret: file or "
-            "environment only"
-        },
+    auth_jwt_jwks_url: str = setting(
+        "",
+        "JWKS URL for bearer JWTs (`https://`, or `http://` on loopback); principal `jwt:ISS|SUB`",
     )
-    auth_api_keys_file: str = field(
-        default="", metadata={"help": "file with one `NAME=KEY` per line"}
+    auth_jwt_jwks_file: str = setting("", "a local JWKS file instead")
+    auth_jwt_oidc_url: str = setting(
+        "",
+        "OpenID Connect discovery URL: the card advertises `openIdConnect`; its "
+        "`jwks_uri` is used when no JWKS is set",
     )
-    auth_api_key_header: str = field(
-        default="X-API-Key",
-        metadata={"help": "header (gRPC: metadata key, lower case) that carries the API key"},
+    auth_jwt_issuer: str = setting("", "required with JWTs: the expected `iss`")
+    auth_jwt_audience: list[str] = setting([], "required with JWTs: the accepted `aud` values")
+    auth_jwt_algorithms: list[str] = setting(
+        ["RS256", "PS256", "ES256", "EdDSA"], "allowlist of token algorithms (asymmetric only)"
     )
-    auth_jwt_jwks_url: str = field(
-        default="",
-        metadata={
-            "help": "JWKS URL for bearer JWTs (`https://`, or `http://` on loopback); principal "
-            "`jwt:ISS|SUB`"
-        },
+    auth_jwt_leeway_seconds: float = setting(30.0, "clock skew allowed on `exp`, `nbf`, `iat`")
+    auth_jwt_jwks_cache_seconds: float = setting(
+        300.0, "how long fetched keys are reused; an unknown `kid` refetches (at most every 10 s)"
     )
-    auth_jwt_jwks_file: str = field(default="", metadata={"help": "a local JWKS file instead"})
-    auth_jwt_oidc_url: str = field(
-        default="",
-        metadata={
-            "help": "OpenID Connect discovery URL: the card advertises `openIdConnect`; its "
-            "`jwks_uri` is used when no JWKS is set"
-        },
+    tls_cert_file: str = setting(
+        "", "PEM certificate chain: TLS on gRPC and HTTP (card URLs become `https`)"
     )
-    auth_jwt_issuer: str = field(
-        default="", metadata={"help": "required with JWTs: the expected `iss`"}
+    tls_key_file: str = setting("", "its PEM private key (unencrypted)")
+    tls_client_ca_file: str = setting(
+        "", "PEM CA(s): both listeners require a client certificate signed by them (mTLS)"
     )
-    auth_jwt_audience: list[str] = field(
-        default_factory=list, metadata={"help": "required with JWTs: the accepted `aud` values"}
-    )
-    auth_jwt_algorithms: list[str] = field(
-        default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"],
-        metadata={"help": "allowlist of token algorithms (asymmetric only)"},
-    )
-    auth_jwt_leeway_seconds: float = field(
-        default=30.0, metadata={"help": "clock skew allowed on `exp`, `nbf`, `iat`"}
-    )
-    auth_jwt_jwks_cache_seconds: float = field(
-        default=300.0,
-        metadata={
-            "help": "how long fetched keys are reused; an unknown `kid` refetches (at most every 10 "
-            "s)"
-        },
-    )
-    tls_cert_file: str = field(
-        default="",
-        metadata={"help": "PEM certificate chain: TLS on gRPC and HTTP (card URLs become `https`)"},
-    )
-    tls_key_file: str = field(default="", metadata={"help": "its PEM private key (unencrypted)"})
-    tls_client_ca_file: str = field(
-        default="",
-        metadata={
-            "help": "PEM CA(s): both listeners require a client certificate signed by them (mTLS)"
-        },
-    )
-    tls_hsts_max_age_seconds: int = field(
-        default=31_536_000,
-        metadata={
-            "help": "with TLS: every HTTP gateway response carries `Strict-Transport-Security: "
-            "max-age=` this; `0` = no header",
-            "default": "`31536000` (1 year)",
-        },
+    tls_hsts_max_age_seconds: int = setting(
+        31_536_000,
+        "with TLS: every HTTP gateway response carries `Strict-Transport-Security: "
+        "max-age=` this; `0` = no header",
+        shown="`31536000` (1 year)",
+        check=at_least(
+            0,
+            "must not be negative (seconds browsers keep to https; 0 sends no Strict-Transport-Security header)",
+        ),
     )
 
 
@@ -161,6 +130,39 @@ SECRET_FILE_KEYS = (
     "tls_key_file",
     "tls_client_ca_file",
 )
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """One kind of static credential: the key of its entries (`KEY` inline, `KEY_file` for
+    a file), the separator of name and secret, and what the secret must be."""
+
+    key: str
+    sep: str
+    what: str
+    min_chars: int
+    allow_spaces: bool = False
+
+
+CREDENTIALS = (
+    Credentials("auth_bearer_tokens", "=", "token", MIN_TOKEN_CHARS),
+    Credentials("auth_basic_users", ":", "password", MIN_PASSWORD_CHARS, allow_spaces=True),
+    Credentials("auth_api_keys", "=", "key", MIN_TOKEN_CHARS),
+)
+
+
+def _pairs(s: SecuritySettings, kind: Credentials, lenient: bool = False) -> list[tuple[str, str]]:
+    """The (name, secret) entries of one kind, inline and from its file; `lenient` takes
+    any secret however short (to redact what is configured, not to accept it)."""
+    return load_pairs(
+        getattr(s, kind.key),
+        getattr(s, f"{kind.key}_file"),
+        key=kind.key,
+        sep=kind.sep,
+        what="secret" if lenient else kind.what,
+        min_chars=1 if lenient else kind.min_chars,
+        allow_spaces=lenient or kind.allow_spaces,
+    )
 
 
 def secret_files(s: SecuritySettings) -> list[str]:
@@ -244,31 +246,7 @@ def _jwt(s: SecuritySettings) -> JwtVerifier | None:
 def authenticator_from(s: SecuritySettings) -> Authenticator | None:
     """The configured authenticator, or None when authentication is off (nothing configured)."""
     try:
-        bearer = load_pairs(
-            s.auth_bearer_tokens,
-            s.auth_bearer_tokens_file,
-            key="auth_bearer_tokens",
-            sep="=",
-            what="token",
-            min_chars=MIN_TOKEN_CHARS,
-        )
-        basic = load_pairs(
-            s.auth_basic_users,
-            s.auth_basic_users_file,
-            key="auth_basic_users",
-            sep=":",
-            what="password",
-            min_chars=MIN_PASSWORD_CHARS,
-            allow_spaces=True,
-        )
-        api_keys = load_pairs(
-            s.auth_api_keys,
-            s.auth_api_keys_file,
-            key="auth_api_keys",
-            sep="=",
-            what="key",
-            min_chars=MIN_TOKEN_CHARS,
-        )
+        bearer, basic, api_keys = (_pairs(s, kind) for kind in CREDENTIALS)
     except CredentialError as exc:
         raise ValueError(str(exc)) from None
     auth = Authenticator(
@@ -286,15 +264,9 @@ def authenticator_from(s: SecuritySettings) -> Authenticator | None:
 def configured_secrets(s: SecuritySettings) -> list[str]:
     """The tokens, passwords and keys configured (inline and in files), for the log redactor."""
     found: list[str] = []
-    for inline, file, key, sep in (
-        (s.auth_bearer_tokens, s.auth_bearer_tokens_file, "auth_bearer_tokens", "="),
-        (s.auth_basic_users, s.auth_basic_users_file, "auth_basic_users", ":"),
-        (s.auth_api_keys, s.auth_api_keys_file, "auth_api_keys", "="),
-    ):
+    for kind in CREDENTIALS:
         try:
-            pairs = load_pairs(
-                inline, file, key=key, sep=sep, what="secret", min_chars=1, allow_spaces=True
-            )
+            pairs = _pairs(s, kind, lenient=True)
         except (CredentialError, ValueError):
             continue  # reported by authenticator_from
         found += [secret for _, secret in pairs]
@@ -321,11 +293,7 @@ def advertised(auth: Authenticator | None, tls: TlsFiles | None) -> Authenticato
 def validate_security(s: SecuritySettings) -> None:
     authenticator_from(s)
     tls_from(s)
-    if s.tls_hsts_max_age_seconds < 0:
-        raise ValueError(
-            "tls_hsts_max_age_seconds: must not be negative (seconds browsers keep to https; "
-            "0 sends no Strict-Transport-Security header)"
-        )
+    check_section(s, SecuritySettings)
 
 
 def startup_warnings(s: Exposure, auth: Authenticator | None, tls: TlsFiles | None) -> list[str]:

@@ -39,6 +39,7 @@ from google.protobuf import json_format
 
 from gen import a2a_pb2 as pb
 from service.cards.card import Cards
+from service.setting import setting
 
 JWS_TYPE = "JOSE"
 HS256_MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: a key at least as long as the hash output
@@ -479,39 +480,29 @@ def split_key_entry(entry: str) -> tuple[str, str]:
 class SigningSettings:
     """Agent card signing keys and where their public half is served (README "Agent card signing")."""
 
-    card_signing_key_files: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "PEM key files, each `PATH` or `KID=PATH`: the first (a private key) signs the "
-            "cards, all are published in the JWKS (rotation; older ones may be public keys). "
-            "Default kid: the RFC 7638 thumbprint"
-        },
+    card_signing_key_files: list[str] = setting(
+        [],
+        "PEM key files, each `PATH` or `KID=PATH`: the first (a private key) signs the "
+        "cards, all are published in the JWKS (rotation; older ones may be public keys). "
+        "Default kid: the RFC 7638 thumbprint",
     )
-    card_signing_secret: str = field(
-        default="",
-        repr=False,
-        metadata={
-            "help": "HS256 secret (≥ 32 bytes) for card signatures. Secret: file or environment only"
-        },
+    card_signing_secret: str = setting(
+        "",
+        "HS256 secret (≥ 32 bytes) for card signatures. Secret: file or environment only",
+        secret=True,
     )
-    card_signing_secret_file: str = field(
-        default="", metadata={"help": "a file holding that secret instead"}
+    card_signing_secret_file: str = setting("", "a file holding that secret instead")
+    card_signing_secret_kid: str = setting("", "`kid` of the HS256 signature", shown="`hs256`")
+    card_signing_jku: str = setting(
+        "",
+        "`jku` in the signature header: empty = the gateway's base URL (`public_url`, or "
+        "`http(s)://host:port`) + `card_jwks_path` (with PEM keys), `none` = left out, or"
+        " a URL",
+        shown="the served JWKS URL",
     )
-    card_signing_secret_kid: str = field(
-        default="", metadata={"help": "`kid` of the HS256 signature", "default": "`hs256`"}
-    )
-    card_signing_jku: str = field(
-        default="",
-        metadata={
-            "help": "`jku` in the signature header: empty = the gateway's base URL (`public_url`, or "
-            "`http(s)://host:port`) + `card_jwks_path` (with PEM keys), `none` = left out, or"
-            " a URL",
-            "default": "the served JWKS URL",
-        },
-    )
-    card_jwks_path: str = field(
-        default="/.well-known/jwks.json",
-        metadata={"help": "where the gateway serves the public signing keys (empty: not served)"},
+    card_jwks_path: str = setting(
+        "/.well-known/jwks.json",
+        "where the gateway serves the public signing keys (empty: not served)",
     )
 
 

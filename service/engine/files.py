@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import mimetypes
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gen import a2a_pb2 as pb
 from service.agent import NAMESPACE, FileArtifactLimitError, metadata_struct
 from service.protocol.files import file_path
 from service.protocol.media import essence
+from service.setting import at_least, check_section, setting
 from service.store import Scope
 from service.store.blobs import BlobSource, BlobStore, BlobTooLargeError
 
@@ -33,42 +34,38 @@ SHA256_KEY = "sha256"
 FILE_URL_KEY = "fileUrl"
 MAX_FILENAME_BYTES = 255
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
+AT_LEAST_1_BYTE = at_least(1, "must be at least {low} (bytes), got {value}")
 
 
 @dataclass
 class FileSettings:
     """Stored file artifacts (README "Stored file artifacts")."""
 
-    file_artifact_dir: str = field(
-        default="",
-        metadata={
-            "help": 'where stored file artifacts\' bytes are kept (with the `memory:` store: a temporary directory removed at shutdown). Several servers on one task store must share it. See "Stored file artifacts"',
-            "default": "`DATA_DIR/files`",
-        },
+    file_artifact_dir: str = setting(
+        "",
+        'where stored file artifacts\' bytes are kept (with the `memory:` store: a temporary directory removed at shutdown). Several servers on one task store must share it. See "Stored file artifacts"',
+        shown="`DATA_DIR/files`",
     )
-    file_artifact_max_bytes: int = field(
-        default=100 * MiB,
-        metadata={"help": "largest stored file artifact", "default": "`104857600` (100 MiB)"},
+    file_artifact_max_bytes: int = setting(
+        100 * MiB,
+        "largest stored file artifact",
+        shown="`104857600` (100 MiB)",
+        check=AT_LEAST_1_BYTE,
     )
-    file_artifacts_max_bytes_per_turn: int = field(
-        default=1024 * MiB,
-        metadata={
-            "help": "all file artifacts one turn may store together",
-            "default": "`1073741824` (1 GiB)",
-        },
+    file_artifacts_max_bytes_per_turn: int = setting(
+        1024 * MiB,
+        "all file artifacts one turn may store together",
+        shown="`1073741824` (1 GiB)",
+        check=AT_LEAST_1_BYTE,
     )
-    file_artifact_local_urls: bool = field(
-        default=False,
-        metadata={
-            "help": "also give each stored file a `file://` URL of its bytes (part metadata `a2a_service.fileUrl`), for clients on the same host; it reveals a local path"
-        },
+    file_artifact_local_urls: bool = setting(
+        False,
+        "also give each stored file a `file://` URL of its bytes (part metadata `a2a_service.fileUrl`), for clients on the same host; it reveals a local path",
     )
 
 
 def validate_files(s: FileSettings) -> None:
-    for key in ("file_artifact_max_bytes", "file_artifacts_max_bytes_per_turn"):
-        if getattr(s, key) < 1:
-            raise ValueError(f"{key}: must be at least 1 (bytes), got {getattr(s, key)}")
+    check_section(s, FileSettings)
 
 
 @dataclass(frozen=True, slots=True)

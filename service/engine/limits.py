@@ -15,78 +15,63 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from service.protocol.errors import OverloadedError
+from service.setting import at_least, between, check_section, setting
 from service.telemetry import hub
 
 RETRY_AFTER_SECONDS = 1.0  # the hint for limits on work in flight (a turn or stream ends soon)
 _MAX_BUCKETS = 100_000  # principals with a partly used bucket kept at once (full ones are dropped)
+NO_LIMIT_OR_MORE = at_least(0, "must be 0 (no limit) or a positive number")
+OFF_OR_UP_TO_30_DAYS = between(0, 30 * 86400, "must be between {low} (off) and {high}, got {value}")
 
 
 @dataclass
 class LimitSettings:
     """Per-caller limits and stalled-turn timeouts (README "Limits and retention"). 0 = off."""
 
-    max_concurrent_turns: int = field(
-        default=0,
-        metadata={
-            "help": 'agent turns at work at once, all callers together; past it a message is refused with `RESOURCE_EXHAUSTED` / `429` + `Retry-After`. A turn paused in `ctx.ask()` does not count. `0` = no limit (see "Limits and retention")'
-        },
+    max_concurrent_turns: int = setting(
+        0,
+        'agent turns at work at once, all callers together; past it a message is refused with `RESOURCE_EXHAUSTED` / `429` + `Retry-After`. A turn paused in `ctx.ask()` does not count. `0` = no limit (see "Limits and retention")',
+        check=NO_LIMIT_OR_MORE,
     )
-    max_concurrent_turns_per_principal: int = field(
-        default=0,
-        metadata={
-            "help": "the same per principal (the authenticated caller; everyone is one principal with auth off)"
-        },
+    max_concurrent_turns_per_principal: int = setting(
+        0,
+        "the same per principal (the authenticated caller; everyone is one principal with auth off)",
+        check=NO_LIMIT_OR_MORE,
     )
-    max_streams_per_principal: int = field(
-        default=0,
-        metadata={
-            "help": "open `SendStreamingMessage` / `SubscribeToTask` streams per principal; `0` = no limit"
-        },
+    max_streams_per_principal: int = setting(
+        0,
+        "open `SendStreamingMessage` / `SubscribeToTask` streams per principal; `0` = no limit",
+        check=NO_LIMIT_OR_MORE,
     )
-    rate_limit_per_principal: float = field(
-        default=0.0,
-        metadata={
-            "help": "requests per second per principal (token bucket, every A2A method on every binding, file downloads and the gateway's `/metrics`; health, the card and the JWKS are not counted); `0` = off"
-        },
+    rate_limit_per_principal: float = setting(
+        0.0,
+        "requests per second per principal (token bucket, every A2A method on every binding, file downloads and the gateway's `/metrics`; health, the card and the JWKS are not counted); `0` = off",
+        check=OFF_OR_UP_TO_30_DAYS,
     )
-    rate_limit_burst: int = field(
-        default=0,
-        metadata={
-            "help": "requests a principal may make at once after a quiet spell (the bucket size)",
-            "default": "one second's worth",
-        },
+    rate_limit_burst: int = setting(
+        0,
+        "requests a principal may make at once after a quiet spell (the bucket size)",
+        shown="one second's worth",
+        check=NO_LIMIT_OR_MORE,
     )
-    turn_inactivity_timeout_seconds: float = field(
-        default=0.0,
-        metadata={
-            "help": "a turn whose agent emits nothing for this long is stopped and its task `FAILED` with a message naming the setting; a turn paused in `ctx.ask()` is not stalled; `0` = off"
-        },
+    turn_inactivity_timeout_seconds: float = setting(
+        0.0,
+        "a turn whose agent emits nothing for this long is stopped and its task `FAILED` with a message naming the setting; a turn paused in `ctx.ask()` is not stalled; `0` = off",
+        check=OFF_OR_UP_TO_30_DAYS,
     )
-    max_turn_seconds: float = field(
-        default=0.0,
-        metadata={
-            "help": "a turn still at work after this long is stopped the same way; `0` = off"
-        },
+    max_turn_seconds: float = setting(
+        0.0,
+        "a turn still at work after this long is stopped the same way; `0` = off",
+        check=OFF_OR_UP_TO_30_DAYS,
     )
 
 
 def validate_limits(s: LimitSettings) -> None:
     """Startup checks (ValueError naming the key)."""
-    for key in (
-        "max_concurrent_turns",
-        "max_concurrent_turns_per_principal",
-        "max_streams_per_principal",
-        "rate_limit_burst",
-    ):
-        if getattr(s, key) < 0:
-            raise ValueError(f"{key}: must be 0 (no limit) or a positive number")
-    for key in ("rate_limit_per_principal", "turn_inactivity_timeout_seconds", "max_turn_seconds"):
-        value = getattr(s, key)
-        if not 0 <= value <= 30 * 86400:
-            raise ValueError(f"{key}: must be between 0 (off) and 2592000, got {value}")
+    check_section(s, LimitSettings)
     if s.rate_limit_burst and not s.rate_limit_per_principal:
         raise ValueError("rate_limit_burst: set rate_limit_per_principal too (requests per second)")
 

@@ -18,9 +18,10 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from service.protocol.timeutil import now_micros
+from service.setting import setting
 from service.store import Scope, TaskStore
 
 log = logging.getLogger("service.retention")
@@ -38,19 +39,15 @@ class RetentionSettings:
     """What is kept how long (README "Limits and retention"). Durations: a number of seconds,
     or a number with s, m, h or d ("90s", "15m", "12h", "30d"); "" or 0 = kept forever."""
 
-    task_retention: str = field(
-        default="",
-        metadata={
-            "help": "finished tasks (`COMPLETED`, `FAILED`, `CANCELED`, `REJECTED`) whose last status is older than this are deleted with their events and push configs: seconds, or `90s`, `15m`, `12h`, `30d`; empty or `0` = kept forever",
-            "default": "off",
-        },
+    task_retention: str = setting(
+        "",
+        "finished tasks (`COMPLETED`, `FAILED`, `CANCELED`, `REJECTED`) whose last status is older than this are deleted with their events and push configs: seconds, or `90s`, `15m`, `12h`, `30d`; empty or `0` = kept forever",
+        shown="off",
     )
-    context_idle_timeout: str = field(
-        default="",
-        metadata={
-            "help": "a context unused this long loses its bookkeeping: the `command` agent's directory under DATA_DIR/workspaces and the remembered working directory (also a turn's output directory a crash left under DATA_DIR/outputs); same format; off = kept",
-            "default": "off",
-        },
+    context_idle_timeout: str = setting(
+        "",
+        "a context unused this long loses its bookkeeping: the `command` agent's directory under DATA_DIR/workspaces and the remembered working directory (also a turn's output directory a crash left under DATA_DIR/outputs); same format; off = kept",
+        shown="off",
     )
 
 

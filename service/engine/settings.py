@@ -4,58 +4,54 @@ it as a ConfigError)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from service.engine.bus import EventBus, InProcessBus
+from service.setting import SECONDS, between, check_section, rule, setting
 from service.store import redact_url
 
 BUS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _bus_url(url: str) -> str | None:
+    """What is wrong with a bus URL (its password hidden), or None."""
+    if url and not url.startswith(BUS_SCHEMES):
+        return f"expected redis://HOST:PORT/DB (or rediss://, unix://), got {redact_url(url)!r}"
+    return None
 
 
 @dataclass
 class ClusterSettings:
     """Several processes as one service (README "Scale-out")."""
 
-    bus: str = field(
-        default="",
-        metadata={
-            "help": "event bus shared by several processes: `redis://HOST:6379/0` (also `rediss://`, `unix://`); needs a PostgreSQL store",
-            "default": "(in-process)",
-        },
+    bus: str = setting(
+        "",
+        "event bus shared by several processes: `redis://HOST:6379/0` (also `rediss://`, `unix://`); needs a PostgreSQL store",
+        shown="(in-process)",
+        check=_bus_url,
     )
-    bus_prefix: str = field(
-        default="a2a",
-        metadata={
-            "help": "prefix of the bus's Redis channels and keys (one per cluster sharing a Redis)"
-        },
+    bus_prefix: str = setting(
+        "a2a",
+        "prefix of the bus's Redis channels and keys (one per cluster sharing a Redis)",
+        check=rule(
+            lambda v: bool(v) and not any(c in v for c in " \t\n"),
+            "must be a non-empty word (the cluster's Redis prefix)",
+        ),
     )
-    workers: int = field(
-        default=1,
-        metadata={
-            "help": "processes on this host sharing the gRPC and HTTP ports (SO_REUSEPORT); more than 1 needs a PostgreSQL `store` and a Redis `bus`"
-        },
+    workers: int = setting(
+        1,
+        "processes on this host sharing the gRPC and HTTP ports (SO_REUSEPORT); more than 1 needs a PostgreSQL `store` and a Redis `bus`",
+        check=between(1, 256),
     )
-    lease_seconds: float = field(
-        default=10.0,
-        metadata={
-            "help": "a process that has not renewed its presence for this long is dead; a survivor moves its unsettled tasks to `FAILED` within about 1.25 × this"
-        },
+    lease_seconds: float = setting(
+        10.0,
+        "a process that has not renewed its presence for this long is dead; a survivor moves its unsettled tasks to `FAILED` within about 1.25 × this",
+        check=between(1, 3600, SECONDS),
     )
 
 
 def validate_cluster(s: ClusterSettings) -> None:
-    if s.bus and not s.bus.startswith(BUS_SCHEMES):
-        raise ValueError(
-            f"bus: expected redis://HOST:PORT/DB (or rediss://, unix://), got {redact_url(s.bus)!r}"
-        )
-    if not s.bus_prefix or any(c in s.bus_prefix for c in " \t\n"):
-        raise ValueError("bus_prefix: must be a non-empty word (the cluster's Redis prefix)")
-    if not 1 <= s.workers <= 256:
-        raise ValueError(f"workers: must be between 1 and 256, got {s.workers}")
-    if not 1 <= s.lease_seconds <= 3600:
-        raise ValueError(
-            f"lease_seconds: must be between 1 and 3600 (seconds), got {s.lease_seconds}"
-        )
+    check_section(s, ClusterSettings)
 
 
 def shares_ports(s: ClusterSettings) -> bool:

@@ -46,6 +46,7 @@ from service.inputs.workspace import (
 from service.permission.envelope import is_answer_part
 from service.protocol.errors import ContentTypeNotSupportedError, invalid_field
 from service.protocol.media import essence
+from service.setting import at_least, between, check_section, setting
 from service.store import Scope
 
 MiB = 1024 * 1024
@@ -322,57 +323,47 @@ class InputPolicy:
 class InputSettings:
     """Limits of what a message may carry, and where file:// parts and working directories may point (README "Input validation")."""
 
-    max_request_bytes: int = field(
-        default=16 * 1024 * 1024,
-        metadata={
-            "help": "largest request: gRPC max receive message size and HTTP body limit "
-            "(`RESOURCE_EXHAUSTED` / `413`)",
-            "default": "`16777216` (16 MiB)",
-        },
+    max_request_bytes: int = setting(
+        16 * 1024 * 1024,
+        "largest request: gRPC max receive message size and HTTP body limit "
+        "(`RESOURCE_EXHAUSTED` / `413`)",
+        shown="`16777216` (16 MiB)",
+        check=between(64 * 1024, 2**31 - 1, "must be between {low} and {high} (got {value})"),
     )
-    input_max_parts: int = field(default=100, metadata={"help": "parts per message"})
-    input_max_text_bytes: int = field(
-        default=1024 * 1024,
-        metadata={
-            "help": "inline `text` parts, `raw`/`data` parts of text-like media types, and text-like "
-            "`file://` files",
-            "default": "`1048576` (1 MiB)",
-        },
+    input_max_parts: int = setting(100, "parts per message", check=at_least(1))
+    input_max_text_bytes: int = setting(
+        1024 * 1024,
+        "inline `text` parts, `raw`/`data` parts of text-like media types, and text-like "
+        "`file://` files",
+        shown="`1048576` (1 MiB)",
+        check=at_least(1),
     )
-    input_max_binary_bytes: int = field(
-        default=5 * 1024 * 1024,
-        metadata={
-            "help": "inline `raw`/`data` parts of other media types (images, audio, …)",
-            "default": "`5242880` (5 MiB)",
-        },
+    input_max_binary_bytes: int = setting(
+        5 * 1024 * 1024,
+        "inline `raw`/`data` parts of other media types (images, audio, …)",
+        shown="`5242880` (5 MiB)",
+        check=at_least(1),
     )
-    input_max_file_bytes: int = field(
-        default=25 * 1024 * 1024,
-        metadata={"help": "`file://` files of other media types", "default": "`26214400` (25 MiB)"},
+    input_max_file_bytes: int = setting(
+        25 * 1024 * 1024,
+        "`file://` files of other media types",
+        shown="`26214400` (25 MiB)",
+        check=at_least(1),
     )
-    input_text_media_types: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "media types to treat as text besides `text/*`, JSON, YAML, XML, TOML and the "
-            "like"
-        },
+    input_text_media_types: list[str] = setting(
+        [], "media types to treat as text besides `text/*`, JSON, YAML, XML, TOML and the like"
     )
-    input_allow_remote_urls: bool = field(
-        default=False,
-        metadata={
-            "help": "accept `http(s)://` URL parts (the service never fetches them; the agent may)"
-        },
+    input_allow_remote_urls: bool = setting(
+        False, "accept `http(s)://` URL parts (the service never fetches them; the agent may)"
     )
-    workspace_roots: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "the directories `file://` parts and message working directories may point into "
-            "(comma list in `A2A_WORKSPACE_ROOTS`). Without any, both are refused: the "
-            "service is network-facing. Before, the default was the working directory and the"
-            " whole system temp directory; to get that back, list them "
-            "(`A2A_WORKSPACE_ROOTS=$PWD,/tmp`), better only the directories agents need",
-            "default": "none",
-        },
+    workspace_roots: list[str] = setting(
+        [],
+        "the directories `file://` parts and message working directories may point into "
+        "(comma list in `A2A_WORKSPACE_ROOTS`). Without any, both are refused: the "
+        "service is network-facing. Before, the default was the working directory and the"
+        " whole system temp directory; to get that back, list them "
+        "(`A2A_WORKSPACE_ROOTS=$PWD,/tmp`), better only the directories agents need",
+        shown="none",
     )
 
 
@@ -401,18 +392,7 @@ def policy_from_settings(
 
 def validate_inputs(s: InputSettings) -> None:
     """Startup checks of max_request_bytes, input_* and workspace_roots (ValueError naming the key)."""
-    if not 64 * 1024 <= s.max_request_bytes <= 2**31 - 1:
-        raise ValueError(
-            f"max_request_bytes: must be between 65536 and {2**31 - 1} (got {s.max_request_bytes})"
-        )
-    for key in (
-        "input_max_parts",
-        "input_max_text_bytes",
-        "input_max_binary_bytes",
-        "input_max_file_bytes",
-    ):
-        if getattr(s, key) < 1:
-            raise ValueError(f"{key}: must be at least 1 (got {getattr(s, key)})")
+    check_section(s, InputSettings)
     for value in s.input_text_media_types:
         try:
             media_type_of(value, "input_text_media_types")

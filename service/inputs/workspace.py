@@ -143,16 +143,22 @@ class Workspaces:
         and every refusal but a relative path reads the same)."""
         if not os.path.isabs(raw):
             raise invalid_field(CWD_FIELD, "must be an absolute path")
-        if not self.roots:
-            raise refusal(CWD_FIELD, DIR_REFUSED, NO_ROOTS, raw)
-        real = _real(raw)
-        if real is None:
-            raise refusal(CWD_FIELD, DIR_REFUSED, "not a usable path name", raw)
+        real = self._resolved(raw, CWD_FIELD, DIR_REFUSED)
         outside = self._outside(real)
         if outside is not None:
             raise refusal(CWD_FIELD, DIR_REFUSED, outside, raw)
         if not os.path.isdir(real):
             raise refusal(CWD_FIELD, DIR_REFUSED, "not an existing directory", raw)
+        return real
+
+    def _resolved(self, raw: str, field: str, refused: str) -> str:
+        """The real path a message names, or the refusal when there are no roots or the
+        name resolves to nothing usable (the first steps of both checks)."""
+        if not self.roots:
+            raise refusal(field, refused, NO_ROOTS, raw)
+        real = _real(raw)
+        if real is None:
+            raise refusal(field, refused, "not a usable path name", raw)
         return real
 
     def _usable(self, recorded: str) -> str | None:
@@ -167,11 +173,7 @@ class Workspaces:
         reads FILE_REFUSED."""
         if not _well_formed(raw_path):
             raise invalid_field(field, "must be an absolute file:// URL")
-        if not self.roots:
-            raise refusal(field, FILE_REFUSED, NO_ROOTS, raw_path)
-        real = _real(raw_path)
-        if real is None:
-            raise refusal(field, FILE_REFUSED, "not a usable path name", raw_path)
+        real = self._resolved(raw_path, field, FILE_REFUSED)
         outside = self._outside(real)
         if outside is None and workspace is not None and not is_inside(real, workspace):
             outside = "outside the message's working directory"

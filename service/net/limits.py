@@ -23,15 +23,23 @@ then fail on both ports and the store and push queue fail with EMFILE. So:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from service.engine.limits import refuse
 from service.protocol.errors import A2AError
+from service.setting import at_least, between, check_section, rule, setting
 
 log = logging.getLogger("service.netlimits")
 
 MIN_FD_RESERVE = 32
+TIMEOUT = rule(
+    lambda value: 0 < value <= 86400,
+    "must be more than 0 and at most 86400 seconds (got {value})",
+)
+AGE_LIMIT = between(
+    0, 30 * 86400, "must be between {low} (no limit) and {high} seconds (got {value})"
+)
 _reported: set[tuple[int, int, int]] = set()
 
 
@@ -57,76 +65,69 @@ def raise_nofile_limit() -> tuple[int, int]:
 class NetSettings:
     """Connection limits of both listeners (README "Connection limits")."""
 
-    grpc_max_concurrent_calls: int = field(
-        default=1000,
-        metadata={
-            "help": "gRPC calls in flight at once, streams included; past it a call is refused at "
-            "once with `RESOURCE_EXHAUSTED` (reason `RESOURCE_EXHAUSTED`, "
-            "`google.rpc.RetryInfo` of 1 s); `0` = no limit"
-        },
+    grpc_max_concurrent_calls: int = setting(
+        1000,
+        "gRPC calls in flight at once, streams included; past it a call is refused at "
+        "once with `RESOURCE_EXHAUSTED` (reason `RESOURCE_EXHAUSTED`, "
+        "`google.rpc.RetryInfo` of 1 s); `0` = no limit",
+        check=at_least(0, "must be 0 (no limit) or a positive number of calls"),
     )
-    max_connections: int = field(
-        default=1000,
-        metadata={
-            "help": 'open connections per listener (gRPC and HTTP each); lowered at startup, with a warning, to (RLIMIT_NOFILE − `fd_reserve`) ÷ listeners. See "Connection limits"'
-        },
+    max_connections: int = setting(
+        1000,
+        'open connections per listener (gRPC and HTTP each); lowered at startup, with a warning, to (RLIMIT_NOFILE − `fd_reserve`) ÷ listeners. See "Connection limits"',
+        check=at_least(1),
     )
-    fd_reserve: int = field(
-        default=128,
-        metadata={
-            "help": "file descriptors kept free of connections for the store, push queue, outgoing "
-            "push requests, logs and grpc itself (at least 32; keep it above "
-            "`push_concurrency` + 64)"
-        },
+    fd_reserve: int = setting(
+        128,
+        "file descriptors kept free of connections for the store, push queue, outgoing "
+        "push requests, logs and grpc itself (at least 32; keep it above "
+        "`push_concurrency` + 64)",
+        check=at_least(MIN_FD_RESERVE),
     )
-    http_header_timeout_seconds: float = field(
-        default=10.0,
-        metadata={
-            "help": "a new HTTP connection's TLS handshake and first request headers must arrive "
-            "within this of accept; a later request's headers within this of its first byte; "
-            "else the connection is closed"
-        },
+    http_header_timeout_seconds: float = setting(
+        10.0,
+        "a new HTTP connection's TLS handshake and first request headers must arrive "
+        "within this of accept; a later request's headers within this of its first byte; "
+        "else the connection is closed",
+        check=TIMEOUT,
     )
-    http_body_timeout_seconds: float = field(
-        default=60.0,
-        metadata={
-            "help": "a request body must be complete this long after its headers, else `408` and "
-            "close"
-        },
+    http_body_timeout_seconds: float = setting(
+        60.0,
+        "a request body must be complete this long after its headers, else `408` and close",
+        check=TIMEOUT,
     )
-    http_keepalive_timeout_seconds: float = field(
-        default=5.0, metadata={"help": "an idle keep-alive HTTP connection is closed after this"}
+    http_keepalive_timeout_seconds: float = setting(
+        5.0, "an idle keep-alive HTTP connection is closed after this", check=TIMEOUT
     )
-    grpc_handshake_timeout_seconds: float = field(
-        default=10.0,
-        metadata={
-            "help": "a new gRPC connection must finish TLS and send its HTTP/2 settings within this, "
-            "else it is closed"
-        },
+    grpc_handshake_timeout_seconds: float = setting(
+        10.0,
+        "a new gRPC connection must finish TLS and send its HTTP/2 settings within this, "
+        "else it is closed",
+        check=TIMEOUT,
     )
-    grpc_keepalive_seconds: float = field(
-        default=60.0,
-        metadata={"help": "the server pings a silent gRPC connection after this long (dead peers)"},
+    grpc_keepalive_seconds: float = setting(
+        60.0,
+        "the server pings a silent gRPC connection after this long (dead peers)",
+        check=TIMEOUT,
     )
-    grpc_keepalive_timeout_seconds: float = field(
-        default=20.0, metadata={"help": "... and closes it when no answer comes within this"}
+    grpc_keepalive_timeout_seconds: float = setting(
+        20.0, "... and closes it when no answer comes within this", check=TIMEOUT
     )
-    grpc_max_connection_idle_seconds: float = field(
-        default=300.0,
-        metadata={
-            "help": "a gRPC connection without calls is closed (GOAWAY; clients reconnect on their "
-            "next call); `0` = never"
-        },
+    grpc_max_connection_idle_seconds: float = setting(
+        300.0,
+        "a gRPC connection without calls is closed (GOAWAY; clients reconnect on their "
+        "next call); `0` = never",
+        check=AGE_LIMIT,
     )
-    grpc_max_connection_age_seconds: float = field(
-        default=3600.0,
-        metadata={"help": "a gRPC connection this old gets GOAWAY (±10 %); `0` = no age limit"},
+    grpc_max_connection_age_seconds: float = setting(
+        3600.0,
+        "a gRPC connection this old gets GOAWAY (±10 %); `0` = no age limit",
+        check=AGE_LIMIT,
     )
-    grpc_max_connection_age_grace_seconds: float = field(
-        default=600.0,
-        metadata={
-            "help": "calls still running on a connection past its age have this long to finish"
-        },
+    grpc_max_connection_age_grace_seconds: float = setting(
+        600.0,
+        "calls still running on a connection past its age have this long to finish",
+        check=TIMEOUT,
     )
 
 
@@ -242,32 +243,7 @@ def http_limits(s: _HttpListener) -> HttpLimits:
 
 def validate_netlimits(s: NetSettings) -> None:
     """Startup checks of the connection settings (ValueError naming the key)."""
-    if s.grpc_max_concurrent_calls < 0:
-        raise ValueError(
-            "grpc_max_concurrent_calls: must be 0 (no limit) or a positive number of calls"
-        )
-    if s.max_connections < 1:
-        raise ValueError(f"max_connections: must be at least 1 (got {s.max_connections})")
-    if s.fd_reserve < MIN_FD_RESERVE:
-        raise ValueError(f"fd_reserve: must be at least {MIN_FD_RESERVE} (got {s.fd_reserve})")
-    for key in (
-        "http_header_timeout_seconds",
-        "http_body_timeout_seconds",
-        "http_keepalive_timeout_seconds",
-        "grpc_handshake_timeout_seconds",
-        "grpc_keepalive_seconds",
-        "grpc_keepalive_timeout_seconds",
-        "grpc_max_connection_age_grace_seconds",
-    ):
-        if not 0 < getattr(s, key) <= 86400:
-            raise ValueError(
-                f"{key}: must be more than 0 and at most 86400 seconds (got {getattr(s, key)})"
-            )
-    for key in ("grpc_max_connection_idle_seconds", "grpc_max_connection_age_seconds"):
-        if not 0 <= getattr(s, key) <= 30 * 86400:
-            raise ValueError(
-                f"{key}: must be between 0 (no limit) and 2592000 seconds (got {getattr(s, key)})"
-            )
+    check_section(s, NetSettings)
 
 
 RETRY_AFTER_OVERLOAD_SECONDS = 1.0

@@ -28,9 +28,11 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
+
+from service.setting import check_section, one_of, setting
 
 FORMATS = ("auto", "json", "text")
 FIELDS = "fields"  # the `extra` key whose dict becomes top-level JSON keys
@@ -182,22 +184,18 @@ def configure(level: str, log_format: str = "auto", stream: TextIO | None = None
 class LogSettings:
     """Log format and the access log (README "Logs")."""
 
-    log_format: str = field(
-        default="auto",
-        metadata={
-            "help": "`json` (one JSON object per line), `text`, or `auto`: text when stderr is "
-            "a terminal, JSON otherwise"
-        },
+    log_format: str = setting(
+        "auto",
+        "`json` (one JSON object per line), `text`, or `auto`: text when stderr is "
+        "a terminal, JSON otherwise",
+        check=one_of(FORMATS, "auto, json or text"),
     )
-    access_log: bool = field(
-        default=True,
-        metadata={
-            "help": "one INFO line per A2A call on every binding (logger `service.access`): "
-            "method, binding, outcome, duration, task, principal, trace ids, error ref"
-        },
+    access_log: bool = setting(
+        True,
+        "one INFO line per A2A call on every binding (logger `service.access`): "
+        "method, binding, outcome, duration, task, principal, trace ids, error ref",
     )
 
 
 def validate_logs(s: LogSettings) -> None:
-    if s.log_format not in FORMATS:
-        raise ValueError(f"log_format: expected auto, json or text, got {s.log_format!r}")
+    check_section(s, LogSettings)

@@ -16,9 +16,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from service.net.logs import REDACTOR
+from service.setting import check_section, port, setting
 
 log = logging.getLogger("service.readiness")
 
@@ -119,27 +120,20 @@ class Readiness:
 class ProbeSettings:
     """Where the health probes are served besides the gateway (README "Deployment")."""
 
-    probe_port: int = field(
-        default=-1,
-        metadata={
-            "help": "a separate plaintext HTTP listener serving only `/health`, `/health/live` "
-            "and `/health/ready` (no TLS, no client certificate, no auth): for probes when "
-            "mTLS is on; `0` picks a free port, `-1` = off"
-        },
+    probe_port: int = setting(
+        -1,
+        "a separate plaintext HTTP listener serving only `/health`, `/health/live` "
+        "and `/health/ready` (no TLS, no client certificate, no auth): for probes when "
+        "mTLS is on; `0` picks a free port, `-1` = off",
+        check=port("0-65535, or -1 for none", low=-1),
     )
-    probe_host: str = field(
-        default="127.0.0.1",
-        metadata={
-            "help": "address of the `probe_port` listener (loopback by default; the pod IP for "
-            "kubelet probes)"
-        },
+    probe_host: str = setting(
+        "127.0.0.1",
+        "address of the `probe_port` listener (loopback by default; the pod IP for kubelet probes)",
     )
 
 
 def validate_probes(s: ProbeSettings) -> None:
-    if not -1 <= s.probe_port <= 65535:
-        raise ValueError(
-            f"probe_port: {s.probe_port} is not a port number (0-65535, or -1 for none)"
-        )
+    check_section(s, ProbeSettings)
     if s.probe_port >= 0 and not s.probe_host.strip():
         raise ValueError("probe_host: must name an address to listen on")

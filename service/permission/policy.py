@@ -7,9 +7,10 @@ configuration reports it as a ConfigError)."""
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from service.permission.envelope import ALLOW_ONCE, DENY
+from service.setting import check_section, one_of, setting
 
 MODES = ("ask", "auto_approve", "rules")
 RULE_ACTIONS = {"allow": ALLOW_ONCE, "deny": DENY, "ask": ""}
@@ -19,17 +20,14 @@ RULE_ACTIONS = {"allow": ALLOW_ONCE, "deny": DENY, "ask": ""}
 class PermissionSettings:
     """How permission requests are decided (README "Human in the loop")."""
 
-    permission_mode: str = field(
-        default="ask",
-        metadata={
-            "help": "who decides `ctx.request_permission`: `ask` (the caller answers an `INPUT_REQUIRED` envelope), `auto_approve` (always allow), `rules` (by `permission_rules`); every decision is audited in the task"
-        },
+    permission_mode: str = setting(
+        "ask",
+        "who decides `ctx.request_permission`: `ask` (the caller answers an `INPUT_REQUIRED` envelope), `auto_approve` (always allow), `rules` (by `permission_rules`); every decision is audited in the task",
+        check=one_of(MODES),
     )
-    permission_rules: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": 'with `permission_mode = "rules"`: `ACTION:PATTERN` entries (`allow`, `deny`, `ask`; a shell-style glob on the tool name, case-sensitive), first match wins, no match = deny (comma list in `A2A_PERMISSION_RULES`)'
-        },
+    permission_rules: list[str] = setting(
+        [],
+        'with `permission_mode = "rules"`: `ACTION:PATTERN` entries (`allow`, `deny`, `ask`; a shell-style glob on the tool name, case-sensitive), first match wins, no match = deny (comma list in `A2A_PERMISSION_RULES`)',
     )
 
 
@@ -83,10 +81,7 @@ def parse_rule(text: str) -> Rule:
 
 
 def validate_permissions(s: PermissionSettings) -> None:
-    if s.permission_mode not in MODES:
-        raise ValueError(
-            f"permission_mode: expected one of {', '.join(MODES)}, got {s.permission_mode!r}"
-        )
+    check_section(s, PermissionSettings)
     for text in s.permission_rules:
         parse_rule(text)
     if s.permission_mode == "rules" and not s.permission_rules:

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from service.push.crypto import check_key
+from service.setting import at_least, check_section, greater_than_0, one_of, setting
 
 QUEUES = ("local-file", "redis-streams")
 KEY_HINT = (
@@ -19,113 +20,82 @@ KEY_HINT = (
 class PushSettings:
     """Push notifications: delivery queue, SSRF exceptions, sealing keys, retries (README "Push notifications")."""
 
-    push_notifications: bool = field(
-        default=False,
-        metadata={"help": "enables push notification configs (`capabilities.pushNotifications`)"},
+    push_notifications: bool = setting(
+        False, "enables push notification configs (`capabilities.pushNotifications`)"
     )
-    push_queue: str = field(
-        default="local-file",
-        metadata={
-            "help": 'where delivery jobs wait: `local-file` (DATA_DIR/push-queue) or `redis-streams` (see "Push notifications")'
-        },
+    push_queue: str = setting(
+        "local-file",
+        'where delivery jobs wait: `local-file` (DATA_DIR/push-queue) or `redis-streams` (see "Push notifications")',
+        check=one_of(QUEUES, " or ".join(QUEUES)),
     )
-    push_allow_hosts: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "callback host names allowed although the SSRF rules would refuse them (exact "
-            "names; comma list in the environment)"
-        },
+    push_allow_hosts: list[str] = setting(
+        [],
+        "callback host names allowed although the SSRF rules would refuse them (exact "
+        "names; comma list in the environment)",
     )
-    push_allow_networks: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "callback networks allowed although private/local, as CIDRs (`10.2.0.0/16`, "
-            "`127.0.0.1/32`)"
-        },
+    push_allow_networks: list[str] = setting(
+        [],
+        "callback networks allowed although private/local, as CIDRs (`10.2.0.0/16`, "
+        "`127.0.0.1/32`)",
     )
-    push_secret_keys: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "Fernet keys sealing push tokens and credentials at rest; the first seals, all "
-            "open (rotation). Default: DATA_DIR/push-secret.key, created with mode 0600",
-            "default": "generated key file",
-        },
+    push_secret_keys: list[str] = setting(
+        [],
+        "Fernet keys sealing push tokens and credentials at rest; the first seals, all "
+        "open (rotation). Default: DATA_DIR/push-secret.key, created with mode 0600",
+        shown="generated key file",
     )
-    push_timeout_seconds: float = field(
-        default=10.0, metadata={"help": "per-request timeout of a callback POST"}
+    push_timeout_seconds: float = setting(
+        10.0, "per-request timeout of a callback POST", check=greater_than_0()
     )
-    push_concurrency: int = field(default=32, metadata={"help": "callback POSTs in flight at once"})
-    push_host_concurrency: int = field(
-        default=8, metadata={"help": "callback POSTs in flight per callback host"}
+    push_concurrency: int = setting(32, "callback POSTs in flight at once", check=at_least(1))
+    push_host_concurrency: int = setting(
+        8, "callback POSTs in flight per callback host", check=at_least(1)
     )
-    push_max_attempts: int = field(
-        default=10,
-        metadata={"help": "attempts before a notification goes to the dead-letter store"},
+    push_max_attempts: int = setting(
+        10, "attempts before a notification goes to the dead-letter store", check=at_least(1)
     )
-    push_max_age_seconds: float = field(
-        default=86400.0,
-        metadata={"help": "how long a notification may be retried before it is dead"},
+    push_max_age_seconds: float = setting(
+        86400.0, "how long a notification may be retried before it is dead", check=greater_than_0()
     )
-    push_retry_base_seconds: float = field(
-        default=1.0,
-        metadata={
-            "help": "exponential backoff of callback retries: the first delay (half jittered); "
-            "`Retry-After` is honoured"
-        },
+    push_retry_base_seconds: float = setting(
+        1.0,
+        "exponential backoff of callback retries: the first delay (half jittered); "
+        "`Retry-After` is honoured",
+        check=greater_than_0(),
     )
-    push_retry_max_seconds: float = field(
-        default=300.0, metadata={"help": "exponential backoff: the longest delay"}
+    push_retry_max_seconds: float = setting(300.0, "exponential backoff: the longest delay")
+    push_lease_seconds: float = setting(
+        300.0,
+        "a job leased by a worker that stopped answering is handed out again after this "
+        "(must exceed `push_timeout_seconds`)",
+        check=greater_than_0(),
     )
-    push_lease_seconds: float = field(
-        default=300.0,
-        metadata={
-            "help": "a job leased by a worker that stopped answering is handed out again after this "
-            "(must exceed `push_timeout_seconds`)"
-        },
+    push_reconcile_seconds: float = setting(
+        30.0,
+        "how often the dispatcher looks over every cursor: catches up tasks whose "
+        "events another (stopped) process committed but did not enqueue, and drops the "
+        "cursors of tasks that were never stored",
+        check=greater_than_0(),
     )
-    push_reconcile_seconds: float = field(
-        default=30.0,
-        metadata={
-            "help": "how often the dispatcher looks over every cursor: catches up tasks whose "
-            "events another (stopped) process committed but did not enqueue, and drops the "
-            "cursors of tasks that were never stored"
-        },
+    push_redis_url: str = setting("redis://127.0.0.1:6379/0", "Redis for `redis-streams`")
+    push_redis_prefix: str = setting("a2a:push", "prefix of every Redis key of the queue")
+    push_redis_stream: str = setting(
+        "", "the Redis stream of delivery jobs", shown="`PREFIX:stream`"
     )
-    push_redis_url: str = field(
-        default="redis://127.0.0.1:6379/0", metadata={"help": "Redis for `redis-streams`"}
+    push_redis_retry_key: str = setting(
+        "", "the Redis sorted set of jobs waiting for a retry", shown="`PREFIX:retry`"
     )
-    push_redis_prefix: str = field(
-        default="a2a:push", metadata={"help": "prefix of every Redis key of the queue"}
-    )
-    push_redis_stream: str = field(
-        default="",
-        metadata={"help": "the Redis stream of delivery jobs", "default": "`PREFIX:stream`"},
-    )
-    push_redis_retry_key: str = field(
-        default="",
-        metadata={
-            "help": "the Redis sorted set of jobs waiting for a retry",
-            "default": "`PREFIX:retry`",
-        },
-    )
-    push_redis_dead_stream: str = field(
-        default="", metadata={"help": "the Redis dead-letter stream", "default": "`PREFIX:dead`"}
-    )
-    push_redis_group: str = field(
-        default="a2a-push", metadata={"help": "consumer group shared by the replicas"}
-    )
-    push_redis_consumer: str = field(
-        default="",
-        metadata={
-            "help": "this replica's consumer name (stable across restarts, distinct per replica)",
-            "default": "`HOST:HASH`, the host name and a hash of the data directory",
-        },
+    push_redis_dead_stream: str = setting("", "the Redis dead-letter stream", shown="`PREFIX:dead`")
+    push_redis_group: str = setting("a2a-push", "consumer group shared by the replicas")
+    push_redis_consumer: str = setting(
+        "",
+        "this replica's consumer name (stable across restarts, distinct per replica)",
+        shown="`HOST:HASH`, the host name and a hash of the data directory",
     )
 
 
 def validate_push(s: PushSettings) -> None:
-    if s.push_queue not in QUEUES:
-        raise ValueError(f"push_queue: expected {' or '.join(QUEUES)}, got {s.push_queue!r}")
+    check_section(s, PushSettings)
     for net in s.push_allow_networks:
         try:
             ipaddress.ip_network(net.strip(), strict=False)
@@ -145,19 +115,6 @@ def validate_push(s: PushSettings) -> None:
             raise ValueError(
                 f"push_secret_keys[{i}]: not a Fernet key (32 url-safe base64-encoded bytes); {KEY_HINT}"
             ) from None
-    positive = (
-        "push_timeout_seconds",
-        "push_max_age_seconds",
-        "push_retry_base_seconds",
-        "push_lease_seconds",
-        "push_reconcile_seconds",
-    )
-    for key in positive:
-        if getattr(s, key) <= 0:
-            raise ValueError(f"{key}: must be greater than 0 (got {getattr(s, key)})")
-    for key in ("push_concurrency", "push_host_concurrency", "push_max_attempts"):
-        if getattr(s, key) < 1:
-            raise ValueError(f"{key}: must be at least 1 (got {getattr(s, key)})")
     if s.push_retry_max_seconds < s.push_retry_base_seconds:
         raise ValueError("push_retry_max_seconds: must not be smaller than push_retry_base_seconds")
     if s.push_lease_seconds <= s.push_timeout_seconds:

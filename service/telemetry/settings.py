@@ -11,7 +11,9 @@ OTLP settings left empty fall back to the standard variables
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from service.setting import check_section, one_of, port, rule, setting
 
 MODES = ("none", "console", "otlp")
 PROTOCOLS = ("grpc", "http/protobuf")
@@ -21,61 +23,47 @@ PROTOCOLS = ("grpc", "http/protobuf")
 class TelemetrySettings:
     """OpenTelemetry traces and metrics (README "Observability")."""
 
-    telemetry: str = field(
-        default="none",
-        metadata={
-            "help": '`none`, `console` (spans and metrics printed to stdout) or `otlp`: OpenTelemetry traces and metrics. See "Observability"'
-        },
+    telemetry: str = setting(
+        "none",
+        '`none`, `console` (spans and metrics printed to stdout) or `otlp`: OpenTelemetry traces and metrics. See "Observability"',
+        check=one_of(MODES),
     )
-    otlp_protocol: str = field(
-        default="",
-        metadata={
-            "help": "`grpc` or `http/protobuf`; empty = `OTEL_EXPORTER_OTLP_PROTOCOL` (and its per-signal forms), else `grpc`",
-            "default": "`grpc`",
-        },
+    otlp_protocol: str = setting(
+        "",
+        "`grpc` or `http/protobuf`; empty = `OTEL_EXPORTER_OTLP_PROTOCOL` (and its per-signal forms), else `grpc`",
+        shown="`grpc`",
+        check=one_of(("", *PROTOCOLS), "grpc or http/protobuf"),
     )
-    otlp_endpoint: str = field(
-        default="",
-        metadata={
-            "help": "the collector's base URL, e.g. `http://collector:4317` (gRPC) or `http://collector:4318` (HTTP; `/v1/traces` and `/v1/metrics` are added); empty = `OTEL_EXPORTER_OTLP_ENDPOINT` and its per-signal forms",
-            "default": "the SDK's",
-        },
+    otlp_endpoint: str = setting(
+        "",
+        "the collector's base URL, e.g. `http://collector:4317` (gRPC) or `http://collector:4318` (HTTP; `/v1/traces` and `/v1/metrics` are added); empty = `OTEL_EXPORTER_OTLP_ENDPOINT` and its per-signal forms",
+        shown="the SDK's",
+        check=rule(
+            lambda v: not v or "://" in v,
+            "expected a URL such as http://collector:4317, got {value!r}",
+        ),
     )
-    otlp_headers: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "`NAME=VALUE` entries sent with every export (e.g. a collector's API key; comma list in `A2A_OTLP_HEADERS`); empty = `OTEL_EXPORTER_OTLP_HEADERS`"
-        },
+    otlp_headers: list[str] = setting(
+        [],
+        "`NAME=VALUE` entries sent with every export (e.g. a collector's API key; comma list in `A2A_OTLP_HEADERS`); empty = `OTEL_EXPORTER_OTLP_HEADERS`",
     )
-    metrics_endpoint: bool = field(
-        default=False,
-        metadata={
-            "help": "serve the metrics as Prometheus text at `GET /metrics` on the gateway, behind the same authentication as every A2A route"
-        },
+    metrics_endpoint: bool = setting(
+        False,
+        "serve the metrics as Prometheus text at `GET /metrics` on the gateway, behind the same authentication as every A2A route",
     )
-    metrics_port: int = field(
-        default=0,
-        metadata={
-            "help": "with `metrics_endpoint`: serve `/metrics` on this port of `host` instead (plaintext, unauthenticated: keep it private); `0` = on the gateway"
-        },
+    metrics_port: int = setting(
+        0,
+        "with `metrics_endpoint`: serve `/metrics` on this port of `host` instead (plaintext, unauthenticated: keep it private); `0` = on the gateway",
+        check=port("0 = the gateway's"),
     )
 
 
 def validate_telemetry(s: TelemetrySettings) -> None:
-    if s.telemetry not in MODES:
-        raise ValueError(f"telemetry: expected one of {', '.join(MODES)}, got {s.telemetry!r}")
-    if s.otlp_protocol and s.otlp_protocol not in PROTOCOLS:
-        raise ValueError(f"otlp_protocol: expected grpc or http/protobuf, got {s.otlp_protocol!r}")
-    if s.otlp_endpoint and "://" not in s.otlp_endpoint:
-        raise ValueError(
-            f"otlp_endpoint: expected a URL such as http://collector:4317, got {s.otlp_endpoint!r}"
-        )
+    check_section(s, TelemetrySettings)
     for number, entry in enumerate(s.otlp_headers, 1):
         name, sep, _ = entry.partition("=")
         if not sep or not name.strip():
             raise ValueError(f"otlp_headers: entry {number} is not NAME=VALUE")
-    if not 0 <= s.metrics_port <= 65535:
-        raise ValueError(f"metrics_port: {s.metrics_port} is not a port number (0 = the gateway's)")
     if s.metrics_port and not s.metrics_endpoint:
         raise ValueError("metrics_port: set metrics_endpoint = true to serve /metrics")
 
