@@ -21,9 +21,8 @@ from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.cards.card import Cards
 from service.engine.files import StoredFile
-from service.engine.limits import Slots
+from service.engine.limits import HeldStream, Slots
 from service.engine.registry import Engine, Turn
-from service.engine.stream import HeldStream
 from service.inputs.policy import InputPolicy
 from service.protocol.errors import (
     PushNotificationNotSupportedError,

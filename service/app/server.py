@@ -434,6 +434,8 @@ class Service:
                 self.bus = await open_bus(s)
             except RuntimeError as exc:
                 raise StartupError(f"bus: cannot reach {_safe_store(s.bus)} ({exc})") from None
+        if isinstance(self.bus, RedisBus):  # several processes behave as one
+            self.peers = Peers(Cluster(self.bus, s.lease_seconds, s.bus_prefix))
         self.engine = Engine(
             self.store,
             agent,
@@ -450,12 +452,11 @@ class Service:
             ),
             inactivity_timeout=s.turn_inactivity_timeout_seconds,
             max_turn_seconds=s.max_turn_seconds,
+            peers=self.peers,
         )
-        if isinstance(self.bus, RedisBus):  # several processes behave as one
-            self.peers = Peers(self.engine, Cluster(self.bus, s.lease_seconds, s.bus_prefix))
-            self.engine.peers = self.peers
+        if self.peers is not None:
             with _setting("bus"):
-                await self.peers.start()
+                await self.peers.start(self.engine)
         lost = await self.engine.recover()
         if lost:
             log.warning(

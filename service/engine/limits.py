@@ -1,4 +1,5 @@
-"""Per-caller limits: concurrent turns, open streams, request rate, and stalled turns.
+"""Per-caller limits: concurrent turns, open streams (and `HeldStream`, a stream holding
+its slot), request rate, and stalled turns.
 
 A principal is whoever authentication says the caller is (`CallContext.principal`,
 the owner of its tasks); with authentication off every caller is the one principal
@@ -17,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gen import a2a_pb2 as pb
+from service.engine.stream import NumberedEvents
 from service.protocol.errors import OverloadedError
 from service.setting import at_least, between, check_section, setting
 from service.telemetry import hub
@@ -184,3 +187,43 @@ class RateLimiter:
         if len(self._buckets) > _MAX_BUCKETS:  # all busy: the oldest go (a fresh bucket is full)
             for key in list(self._buckets)[: len(self._buckets) - _MAX_BUCKETS]:
                 del self._buckets[key]
+
+
+class HeldStream:
+    """A stream that holds a slot of a limit (`max_streams_per_principal`) while it is open:
+    the slot is given back exactly once, when the stream ends, fails, is closed, or is
+    dropped without being iterated."""
+
+    __slots__ = ("_events", "_release", "__weakref__")
+
+    def __init__(
+        self, events: NumberedEvents[pb.StreamResponse], release: Callable[[], None]
+    ) -> None:
+        self._events = events
+        self._release: Callable[[], None] | None = release
+
+    @property
+    def seq(self) -> int | None:
+        return self._events.seq
+
+    def __aiter__(self) -> HeldStream:
+        return self
+
+    async def __anext__(self) -> pb.StreamResponse:
+        try:
+            return await self._events.__anext__()
+        except BaseException:
+            self._give_back()
+            raise
+
+    async def aclose(self) -> None:
+        self._give_back()
+        await self._events.aclose()
+
+    def _give_back(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+    def __del__(self) -> None:
+        self._give_back()

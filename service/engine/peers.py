@@ -1,9 +1,11 @@
 """What the engine does for a task another process runs: cancel it there, hand a follow-up
 to its paused turn there, and recover the tasks of processes that died.
 
-The engine stays the protocol's single source of rules: a forwarded call runs the
-same `Engine` methods on the owning process, and its A2A error comes back by
-reason. See service.engine.cluster for membership, ownership and the fence.
+`Peers` is the engine's `Elsewhere` (service.engine.elsewhere) for several processes.
+The engine stays the protocol's single source of rules: a forwarded call runs the same
+engine methods on the owning process (seen here as a `Local`, given at `start`), and
+its A2A error comes back by reason. See service.engine.cluster for membership,
+ownership and the fence.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 from gen import a2a_pb2 as pb
 from service.agent import Caller
 from service.engine.cluster import Cluster
+from service.engine.elsewhere import Local
 from service.engine.redis_bus import redis_outage
-from service.engine.registry import Engine, Turn
 from service.engine.run import TaskRun, task_key
 from service.engine.stream import EventStream
+from service.engine.turn import Turn
 from service.protocol.errors import BY_REASON, A2AError, UnavailableError
 from service.protocol.states import TERMINAL, ends_stream
 from service.protocol.timeutil import now_micros, status_micros
@@ -36,12 +39,21 @@ NO_ANSWER = (
 
 
 class Peers:
-    def __init__(self, engine: Engine, cluster: Cluster) -> None:
-        self.engine = engine
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self._engine: Local | None = None
         self._answers: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
-    async def start(self) -> None:
+    @property
+    def engine(self) -> Local:
+        """This process's engine, once started."""
+        if self._engine is None:
+            raise RuntimeError("Peers used before start(engine)")
+        return self._engine
+
+    async def start(self, engine: Local) -> None:
+        """Join the cluster; `engine` answers the calls the other processes forward here."""
+        self._engine = engine
         await self.cluster.start(
             self.engine.live_keys,
             self.sweep,

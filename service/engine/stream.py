@@ -13,7 +13,7 @@ EventStream, in proxy mode a relay whose `seq` is always None).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol, TypeVar
 
 from gen import a2a_pb2 as pb
@@ -53,43 +53,3 @@ class EventStream:
 
     async def aclose(self) -> None:
         await self._source.aclose()
-
-
-class HeldStream:
-    """A stream that holds a slot of a limit (`max_streams_per_principal`) while it is open:
-    the slot is given back exactly once, when the stream ends, fails, is closed, or is
-    dropped without being iterated."""
-
-    __slots__ = ("_events", "_release", "__weakref__")
-
-    def __init__(
-        self, events: NumberedEvents[pb.StreamResponse], release: Callable[[], None]
-    ) -> None:
-        self._events = events
-        self._release: Callable[[], None] | None = release
-
-    @property
-    def seq(self) -> int | None:
-        return self._events.seq
-
-    def __aiter__(self) -> HeldStream:
-        return self
-
-    async def __anext__(self) -> pb.StreamResponse:
-        try:
-            return await self._events.__anext__()
-        except BaseException:
-            self._give_back()
-            raise
-
-    async def aclose(self) -> None:
-        self._give_back()
-        await self._events.aclose()
-
-    def _give_back(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
-
-    def __del__(self) -> None:
-        self._give_back()

@@ -71,7 +71,7 @@ async def test_follow_up_before_interrupt_is_committed_leaves_no_waiter_behind(s
     slow_saves(service, 0.2)
     first = asyncio.create_task(service.api.SendMessage(request("input x"), CALL))
     await asyncio.sleep(0.05)
-    [run] = service.engine._runs.values()
+    [run] = service.engine.runs.values()
     seen = await service.api.GetTask(pb.GetTaskRequest(id=run.task_id), CALL)
     assert seen.status.state == pb.TASK_STATE_INPUT_REQUIRED  # live, not yet committed
     await service.api.SendMessage(request("more", True, task_id=run.task_id), CALL)
@@ -102,7 +102,7 @@ async def test_refused_cancel_during_a_commit_keeps_the_live_run(service):
     assert (
         await service.engine.store.get(Scope(), task.id)
     ).status.state == pb.TASK_STATE_COMPLETED
-    assert not service.engine._runs
+    assert not service.engine.runs
 
 
 async def test_follow_up_waits_for_a_lingering_agent(service):
@@ -222,16 +222,16 @@ async def test_subscribing_while_the_pause_commits_then_a_new_run_answers(servic
     slow_saves(service, 0.2)
     first = asyncio.create_task(service.api.SendMessage(request("input x"), CALL))
     await asyncio.sleep(0.05)
-    [run] = service.engine._runs.values()  # the pause is emitted, its commit in flight
+    [run] = service.engine.runs.values()  # the pause is emitted, its commit in flight
     stream = await service.api.SubscribeToTask(pb.SubscribeToTaskRequest(id=run.task_id), CALL)
     heard = asyncio.create_task(_names(stream))
     paused = await asyncio.wait_for(first, 5)
     assert paused.task.status.state == pb.TASK_STATE_INPUT_REQUIRED
     for _ in range(100):  # the paused run is forgotten once committed: nobody runs the task
-        if not service.engine._runs:
+        if not service.engine.runs:
             break
         await asyncio.sleep(0.02)
-    assert not service.engine._runs
+    assert not service.engine.runs
     done = await service.api.SendMessage(request("the answer", task_id=run.task_id), CALL)
     assert done.task.status.state == pb.TASK_STATE_COMPLETED
     events = await asyncio.wait_for(heard, 5)

@@ -478,9 +478,9 @@ async def test_a_subscription_opened_while_paused_lasts_until_the_task_is_termin
     assert await read(subscribed, 1) == [(latest, "task")]  # the paused task, still open
     assert await read(resumed, 1) == [(latest, pb.TaskState.Name(paused_state))]
     if text.startswith("ask"):
-        assert (SCOPE, paused.id) in engine._runs  # the agent waits in ctx.ask()
+        assert (SCOPE, paused.id) in engine.runs  # the agent waits in ctx.ask()
     else:
-        assert (SCOPE, paused.id) not in engine._runs  # nobody runs it: the next turn is a new run
+        assert (SCOPE, paused.id) not in engine.runs  # nobody runs it: the next turn is a new run
     done = await settle(engine, "the answer", task_id=paused.id)
     assert done.status.state == pb.TASK_STATE_COMPLETED
     expected = [

@@ -1,0 +1,223 @@
+"""The subscribe/follow family: the event streams of a task, for SendStreamingMessage
+(one turn) and SubscribeToTask (until terminal), whether the task runs here or on
+another process (shared bus). Every stream takes its snapshot (or resume point) and its
+bus subscription together, so no event falls between, and fills gaps from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+
+from gen import a2a_pb2 as pb
+from service.engine.bus import RESYNC, EventBus, Subscription
+from service.engine.run import TaskRun, task_key
+from service.engine.runs import Runs
+from service.engine.stream import EventStream
+from service.protocol.errors import TaskNotFoundError, UnsupportedOperationError, invalid_field
+from service.protocol.states import SETTLED, TERMINAL, ends_stream, state_name
+from service.store import Scope, StoredEvent, TaskStore, snapshot_with_seq
+
+
+class Subscriptions:
+    def __init__(self, store: TaskStore, bus: EventBus, runs: Runs) -> None:
+        self.store = store
+        self.bus = bus
+        self.runs = runs
+
+    async def subscribe(
+        self, scope: Scope, task_id: str, after_seq: int | None = None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """SubscribeToTask: the task's events until it is terminal, across pauses and the
+        turns follow-ups start. With `after_seq` (a resumed stream), replay stored events
+        after it instead of starting with the Task snapshot."""
+        run = self.runs.get(scope, task_id)
+        if run is None:
+            if getattr(self.bus, "shared", False):
+                found = await self.store.get(scope, task_id)
+                if found is None:
+                    raise TaskNotFoundError(f"Task {task_id} not found.")
+                if found.status.state not in SETTLED:
+                    # Another process runs it: its events reach us through the shared bus.
+                    return await self._subscribe_remote(scope, task_id, after_seq)
+            # Nobody runs it here (e.g. paused between turns): load it, so the snapshot and
+            # the subscription are taken together; the subscription is to the task's topic,
+            # which the run a follow-up creates publishes to, so the run can go again.
+            run = await self.runs.load(scope, task_id)
+            try:
+                return self._subscribe_task(run, after_seq)
+            finally:
+                self.runs.release(run)
+        if run.ready is not None:
+            await asyncio.shield(run.ready)
+        if run.task is None:  # a direct-reply turn: there is no task
+            raise TaskNotFoundError(f"Task {task_id} not found.")
+        return self._subscribe_task(run, after_seq)
+
+    def _subscribe_task(
+        self, run: TaskRun, after_seq: int | None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """The protocol's checks for SubscribeToTask, then the live subscription."""
+        assert run.task is not None
+        state = run.task.status.state
+        if state in TERMINAL and after_seq is None:
+            raise UnsupportedOperationError(
+                f"Task {run.task_id} is {state_name(state)}; there is nothing to subscribe to."
+            )
+        if after_seq is not None and after_seq > run.seq:
+            raise invalid_field(
+                "Last-Event-ID",
+                f"is past the task's latest event ({run.seq}); resume from an id you received",
+            )
+        return self.subscribe_run(run, after_seq, until=TERMINAL)
+
+    async def _subscribe_remote(
+        self, scope: Scope, task_id: str, after_seq: int | None
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """SubscribeToTask of a task another process runs (shared bus): until terminal."""
+        if after_seq is not None:
+            latest = await self.store.last_seq(scope, task_id)
+            if after_seq > latest:
+                raise invalid_field(
+                    "Last-Event-ID",
+                    f"is past the task's latest event ({latest}); resume from an id you received",
+                )
+        sub = self.bus.subscribe(task_key(scope, task_id))
+        return EventStream(self.follow_remote(scope, task_id, sub, after_seq, until=TERMINAL))
+
+    async def follow_remote(
+        self,
+        scope: Scope,
+        task_id: str,
+        sub: Subscription,
+        after_seq: int | None,
+        *,
+        until: frozenset[int] = SETTLED,
+    ) -> AsyncGenerator[StoredEvent, None]:
+        """Events of a task another process runs: the committed snapshot (or the stored
+        events after the resume point), then live ones from the bus, gaps filled from the
+        store, until one puts the task in a state of `until`. Subscribed before the store
+        is read: nothing falls between."""
+        try:
+            if after_seq is None:
+                found = await snapshot_with_seq(self.store, scope, task_id)
+                if found is None:
+                    raise TaskNotFoundError(f"Task {task_id} not found.")
+                task, seen = found
+                first = pb.StreamResponse(task=task)
+                yield StoredEvent(seen, first)
+                if ends_stream(first, until):
+                    return
+            else:
+                seen = after_seq
+            async for stored in self._live(scope, task_id, sub, seen, catch_up=True, until=until):
+                yield stored
+        finally:
+            sub.close()
+
+    def live_events(
+        self, scope: Scope, task_id: str, sub: Subscription, seen: int
+    ) -> AsyncGenerator[StoredEvent, None]:
+        """Events of the task after `seen` (stored ones first), until a settling one."""
+        return self._live(scope, task_id, sub, seen, catch_up=True)
+
+    async def _live(
+        self,
+        scope: Scope,
+        task_id: str,
+        sub: Subscription,
+        seen: int,
+        *,
+        catch_up: bool,
+        until: frozenset[int] = SETTLED,
+    ) -> AsyncGenerator[StoredEvent, None]:
+        """Bus events after `seen`, each once, until one puts the task in a state of `until`.
+        A RESYNC from the bus or a jump in the sequence reads what was missed from the store
+        (`catch_up`: once before the first live event too)."""
+        async for stored in _with_first(sub.events(), RESYNC if catch_up else None):
+            if stored.seq < 0 or stored.seq > seen + 1:
+                for missed in await self.store.events_after(scope, task_id, seen):
+                    seen = missed.seq
+                    yield missed
+                    if ends_stream(missed.event, until):
+                        return
+                if stored.seq < 0:
+                    continue
+            if stored.seq and stored.seq <= seen:
+                continue  # already covered by the snapshot, the replay or a catch-up
+            seen = max(seen, stored.seq)
+            yield stored
+            if ends_stream(stored.event, until):
+                return
+
+    def subscribe_run(
+        self,
+        run: TaskRun,
+        after_seq: int | None = None,
+        *,
+        until: frozenset[int] = SETTLED,
+    ) -> AsyncIterator[pb.StreamResponse]:
+        """Live events of a task, ending after a state in `until`: SETTLED for one turn's
+        stream (SendStreamingMessage), TERMINAL for SubscribeToTask. Snapshot (or resume
+        point) and subscription are taken together, synchronously, so no event falls
+        between them."""
+        assert run.task is not None
+        sub = self.bus.subscribe(run.key)
+        # A terminal task whose last event the resume point already covers has nothing left.
+        over = run.seq if run.state in until else None
+        if after_seq is not None:
+            return EventStream(self.follow(run, sub, None, after_seq, after_seq, until, over))
+        first = pb.StreamResponse()
+        first.task.CopyFrom(run.task)
+        return EventStream(self.follow(run, sub, first, run.seq, None, until, over))
+
+    async def follow(
+        self,
+        run: TaskRun,
+        sub: Subscription,
+        first: pb.StreamResponse | None,
+        seen: int,
+        replay_after: int | None,
+        until: frozenset[int] = SETTLED,
+        over: int | None = None,
+    ) -> AsyncGenerator[StoredEvent, None]:
+        """Yield `first`, then stored events after `replay_after`, then live events after
+        `seen`, until one puts the task in a state of `until` (or is a direct reply), or
+        `seen` reaches `over` (the seq at which the task was already in such a state)."""
+        try:
+            if first is not None:
+                yield StoredEvent(seen, first)
+                if ends_stream(first, until):
+                    return
+            if replay_after is not None:
+                for stored in await self.store.events_after(run.scope, run.task_id, replay_after):
+                    if stored.seq > seen:
+                        seen = stored.seq
+                        yield stored
+                        if ends_stream(stored.event, until):
+                            return
+            if over is not None and seen >= over:
+                return
+            async for stored in self._live(
+                run.scope, run.task_id, sub, seen, catch_up=False, until=until
+            ):
+                yield stored
+                if ends_stream(stored.event, until):
+                    return
+            turn = run.turn
+            if turn is not None and turn.done() and not turn.cancelled():
+                failure = turn.exception()
+                if failure is not None:
+                    raise failure
+        finally:
+            sub.close()
+
+
+async def _with_first(
+    items: AsyncIterator[StoredEvent], first: StoredEvent | None
+) -> AsyncIterator[StoredEvent]:
+    """`first` (when given), then `items`."""
+    if first is not None:
+        yield first
+    async for item in items:
+        yield item
