@@ -144,7 +144,7 @@ def _config_reference(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["call"]:
-        from service.app import call_cli
+        from a2a_call import cli as call_cli
 
         return call_cli.main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -1,12 +1,8 @@
-"""Agent card signing (A2A spec §8.4): JWS over the RFC 8785 canonical card.
+"""Agent card signing (A2A spec §8.4): the server's side, JWS over the RFC 8785 canonical card.
 
-The payload is the card as ProtoJSON (camelCase, proto3 presence: unset fields
-are absent), without `signatures`, with empty strings, arrays and objects left
-out, serialized by RFC 8785 (JCS). That is the form the a2a-sdk verifier
-rebuilds from a received card, so its `create_signature_verifier` accepts our
-signatures. The JWS is detached: a card carries `{protected, signature}`,
-where `protected` is the base64url header `{"alg", "typ": "JOSE", "kid"[, "jku"]}`
-and the signature covers `protected || "." || base64url(payload)`.
+The keys and the JWS itself live in `a2a_cards` (shared with the `a2a-call` client, which
+verifies with them); here are what a served card's signatures cover, the signer of the
+public and extended cards with its JWKS, and the card_signing_* settings.
 
 Keys: HS256 with a shared secret, or ES256 / ES384 / ES512 / RS256 / EdDSA from
 PEM keys (the algorithm follows from the key). Several PEM keys can be
@@ -17,85 +13,26 @@ same bytes and the same ETag for the same card.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import os
 import pathlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import rfc8785
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import (
-    decode_dss_signature,
-    encode_dss_signature,
-)
 from google.protobuf import json_format
 
+from a2a_cards.fetch import DEFAULT_JWKS_PATH
+from a2a_cards.jws import canonical_json, protected_header, sign_bytes
+from a2a_cards.keys import (
+    SigningError,
+    SigningKey,
+    b64url,
+    key_from_pem,
+    key_from_secret,
+)
 from gen import a2a_pb2 as pb
 from service.cards.card import Cards
 from service.setting import setting
-
-JWS_TYPE = "JOSE"
-HS256_MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: a key at least as long as the hash output
-DEFAULT_JWKS_PATH = "/.well-known/jwks.json"
-ASYMMETRIC_ALGS = ("ES256", "ES384", "ES512", "RS256", "EdDSA")
-_EC_ALGS = {
-    "secp256r1": ("ES256", "P-256", hashes.SHA256, 32),
-    "secp384r1": ("ES384", "P-384", hashes.SHA384, 48),
-    "secp521r1": ("ES512", "P-521", hashes.SHA512, 66),
-}
-_JWK_CURVES: dict[str, Callable[[], ec.EllipticCurve]] = {
-    "P-256": ec.SECP256R1,
-    "P-384": ec.SECP384R1,
-    "P-521": ec.SECP521R1,
-}
-
-
-class SigningError(ValueError):
-    """A key or signature that cannot be used; the message says why (never the key)."""
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64url_decode(text: str) -> bytes:
-    if not isinstance(text, str) or any(c in text for c in "=+/ \n"):
-        raise SigningError("not base64url text")
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (ValueError, TypeError):
-        raise SigningError("not base64url text") from None
-
-
-# ----------------------------------------------------------------------------- payload
-
-
-def _drop_empty(value: Any) -> Any:
-    """Recursively leave out "", [] and {} (None when nothing is left)."""
-    if isinstance(value, dict):
-        kept = {k: v for k, v in ((k, _drop_empty(v)) for k, v in value.items()) if v is not None}
-        return kept or None
-    if isinstance(value, list):
-        items = [v for v in (_drop_empty(v) for v in value) if v is not None]
-        return items or None
-    if isinstance(value, str) and not value:
-        return None
-    return value
-
-
-def canonical_json(document: Mapping[str, Any], *, drop_empty: bool = True) -> bytes:
-    """RFC 8785 bytes of a card's JSON object, without `signatures`."""
-    doc = {k: v for k, v in document.items() if k != "signatures"}
-    if drop_empty:
-        doc = _drop_empty(doc) or {}
-    return rfc8785.dumps(doc)
 
 
 def canonical_payload(card: pb.AgentCard) -> bytes:
@@ -103,214 +40,12 @@ def canonical_payload(card: pb.AgentCard) -> bytes:
     return canonical_json(json_format.MessageToDict(card))
 
 
-# ----------------------------------------------------------------------------- keys
-
-
-@dataclass(frozen=True)
-class SigningKey:
-    """One key: `private` signs (None for a published-only older key), `public` verifies."""
-
-    kid: str
-    alg: str
-    private: Any = None
-    public: Any = None
-    secret: bytes = field(default=b"", repr=False)
-
-    @property
-    def can_sign(self) -> bool:
-        return self.private is not None or bool(self.secret)
-
-    def public_jwk(self) -> dict[str, str] | None:
-        """The JWK clients verify with; None for a shared secret (never published)."""
-        if self.secret:
-            return None
-        jwk = public_jwk(self.public)
-        jwk.update(kid=self.kid, alg=self.alg, use="sig")
-        return jwk
-
-
-def _int_b64(n: int, size: int | None = None) -> str:
-    length = size if size is not None else max(1, (n.bit_length() + 7) // 8)
-    return b64url(n.to_bytes(length, "big"))
-
-
-def public_jwk(key: object) -> dict[str, str]:
-    """The members of a public key's JWK (RFC 7517/7518/8037), without kid/alg/use."""
-    if isinstance(key, ec.EllipticCurvePublicKey):
-        alg_info = _EC_ALGS.get(key.curve.name)
-        if alg_info is None:
-            raise SigningError(
-                f"EC curve {key.curve.name} is not supported; use P-256, P-384 or P-521"
-            )
-        numbers = key.public_numbers()
-        size = alg_info[3]
-        return {
-            "kty": "EC",
-            "crv": alg_info[1],
-            "x": _int_b64(numbers.x, size),
-            "y": _int_b64(numbers.y, size),
-        }
-    if isinstance(key, rsa.RSAPublicKey):
-        rsa_numbers = key.public_numbers()
-        return {"kty": "RSA", "n": _int_b64(rsa_numbers.n), "e": _int_b64(rsa_numbers.e)}
-    if isinstance(key, ed25519.Ed25519PublicKey):
-        raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        return {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw)}
-    raise SigningError("unsupported key type; use an EC (P-256/384/521), RSA or Ed25519 key")
-
-
-def thumbprint(jwk: Mapping[str, str]) -> str:
-    """RFC 7638 JWK thumbprint (SHA-256, base64url): the default key id."""
-    members = {"EC": ("crv", "kty", "x", "y"), "RSA": ("e", "kty", "n"), "OKP": ("crv", "kty", "x")}
-    required = members[jwk["kty"]]
-    text = json.dumps({k: jwk[k] for k in required}, separators=(",", ":"), sort_keys=True)
-    return b64url(hashlib.sha256(text.encode()).digest())
-
-
-def alg_for(public: object) -> str:
-    if isinstance(public, ec.EllipticCurvePublicKey):
-        info = _EC_ALGS.get(public.curve.name)
-        if info is None:
-            raise SigningError(
-                f"EC curve {public.curve.name} is not supported; use P-256, P-384 or P-521"
-            )
-        return info[0]
-    if isinstance(public, rsa.RSAPublicKey):
-        if public.key_size < 2048:
-            raise SigningError(
-                f"RSA keys must have at least 2048 bits (this one has {public.key_size})"
-            )
-        return "RS256"
-    if isinstance(public, ed25519.Ed25519PublicKey):
-        return "EdDSA"
-    raise SigningError("unsupported key type; use an EC (P-256/384/521), RSA or Ed25519 key")
-
-
-def key_from_pem(data: bytes, kid: str = "", *, require_private: bool = False) -> SigningKey:
-    """A SigningKey from PEM text: a private key (signs and publishes) or a public one."""
-    private = public = None
-    if b"PRIVATE KEY" in data:
-        try:
-            private = serialization.load_pem_private_key(data, password=None)
-        except TypeError:
-            raise SigningError(
-                "encrypted PEM keys are not supported; store the key unencrypted "
-                "with restrictive file permissions"
-            ) from None
-        except ValueError:
-            raise SigningError("not a readable PEM private key") from None
-        public = private.public_key()
-    elif require_private:
-        raise SigningError("the signing key must be a PEM private key")
-    else:
-        try:
-            public = serialization.load_pem_public_key(data)
-        except ValueError:
-            raise SigningError("not a readable PEM public or private key") from None
-    alg = alg_for(public)
-    return SigningKey(
-        kid=kid or thumbprint(public_jwk(public)), alg=alg, private=private, public=public
-    )
-
-
-def key_from_secret(secret: bytes, kid: str) -> SigningKey:
-    if len(secret) < HS256_MIN_SECRET_BYTES:
-        raise SigningError(f"an HS256 secret must be at least {HS256_MIN_SECRET_BYTES} bytes long")
-    return SigningKey(kid=kid, alg="HS256", secret=secret)
-
-
-def key_from_jwk(jwk: Mapping[str, Any]) -> SigningKey:
-    """A verification key from a public JWK (as published in a JWKS)."""
-    try:
-        kty = jwk["kty"]
-        if kty == "EC":
-            curve_cls = _JWK_CURVES.get(jwk["crv"])
-            if curve_cls is None:
-                raise SigningError(f"unsupported EC curve {jwk['crv']!r}")
-            curve = curve_cls()
-            x = int.from_bytes(b64url_decode(jwk["x"]), "big")
-            y = int.from_bytes(b64url_decode(jwk["y"]), "big")
-            public: Any = ec.EllipticCurvePublicNumbers(x, y, curve).public_key()
-        elif kty == "RSA":
-            n = int.from_bytes(b64url_decode(jwk["n"]), "big")
-            e = int.from_bytes(b64url_decode(jwk["e"]), "big")
-            public = rsa.RSAPublicNumbers(e, n).public_key()
-        elif kty == "OKP" and jwk.get("crv") == "Ed25519":
-            public = ed25519.Ed25519PublicKey.from_public_bytes(b64url_decode(jwk["x"]))
-        else:
-            raise SigningError(f"unsupported JWK key type {kty!r}")
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, SigningError):
-            raise
-        raise SigningError("malformed JWK") from None
-    alg = alg_for(public)
-    if jwk.get("alg") and jwk["alg"] != alg:
-        raise SigningError(f"the JWK says alg {jwk['alg']!r} but its key is for {alg}")
-    kid = jwk.get("kid") if isinstance(jwk.get("kid"), str) else ""
-    return SigningKey(kid=kid or thumbprint(public_jwk(public)), alg=alg, public=public)
-
-
-# ----------------------------------------------------------------------------- JWS
-
-
-def _ecdsa_sign(
-    private: ec.EllipticCurvePrivateKey, data: bytes, hash_algorithm: hashes.HashAlgorithm
-) -> bytes:
-    """RFC 6979 (deterministic) ECDSA where cryptography/OpenSSL offer it; randomized otherwise."""
-    try:
-        return private.sign(data, ec.ECDSA(hash_algorithm, deterministic_signing=True))
-    except (TypeError, UnsupportedAlgorithm):  # cryptography < 44 or OpenSSL < 3.2
-        return private.sign(data, ec.ECDSA(hash_algorithm))
-
-
-def _sign_bytes(key: SigningKey, data: bytes) -> bytes:
-    if key.alg == "HS256":
-        return hmac.new(key.secret, data, hashlib.sha256).digest()
-    if key.private is None:
-        raise SigningError(f"key {key.kid} has no private part; it can only verify")
-    if key.alg == "RS256":
-        return key.private.sign(data, padding.PKCS1v15(), hashes.SHA256())
-    if key.alg == "EdDSA":
-        return key.private.sign(data)
-    _, _, hash_cls, size = _EC_ALGS[key.private.curve.name]
-    der = _ecdsa_sign(key.private, data, hash_cls())
-    r, s = decode_dss_signature(der)
-    return r.to_bytes(size, "big") + s.to_bytes(size, "big")  # JWS wants R || S (RFC 7518 §3.4)
-
-
-def _verify_bytes(key: SigningKey, data: bytes, signature: bytes) -> bool:
-    try:
-        if key.alg == "HS256":
-            return bool(key.secret) and hmac.compare_digest(
-                hmac.new(key.secret, data, hashlib.sha256).digest(), signature
-            )
-        if key.alg == "RS256":
-            key.public.verify(signature, data, padding.PKCS1v15(), hashes.SHA256())
-        elif key.alg == "EdDSA":
-            key.public.verify(signature, data)
-        else:
-            _, _, hash_cls, size = _EC_ALGS[key.public.curve.name]
-            if len(signature) != 2 * size:
-                return False
-            der = encode_dss_signature(
-                int.from_bytes(signature[:size], "big"), int.from_bytes(signature[size:], "big")
-            )
-            key.public.verify(der, data, ec.ECDSA(hash_cls()))
-    except InvalidSignature:
-        return False
-    return True
-
-
-def protected_header(key: SigningKey, jku: str = "") -> str:
-    header = {"alg": key.alg, "typ": JWS_TYPE, "kid": key.kid}
-    if jku:
-        header["jku"] = jku
-    return b64url(json.dumps(header, separators=(",", ":")).encode())
+# ----------------------------------------------------------------------------- signing
 
 
 def sign_payload(payload: bytes, key: SigningKey, jku: str = "") -> pb.AgentCardSignature:
     protected = protected_header(key, jku)
-    signature = _sign_bytes(key, f"{protected}.{b64url(payload)}".encode("ascii"))
+    signature = sign_bytes(key, f"{protected}.{b64url(payload)}".encode("ascii"))
     return pb.AgentCardSignature(protected=protected, signature=b64url(signature))
 
 
@@ -374,88 +109,6 @@ class SignedCards:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.builder, name)
-
-
-# ----------------------------------------------------------------------------- verification
-
-
-@dataclass(frozen=True)
-class Verified:
-    kid: str
-    alg: str
-    form: str  # which payload form matched: "a2a-sdk" (empties left out) or "as served"
-
-
-def decode_header(protected: str) -> dict[str, Any]:
-    try:
-        header = json.loads(b64url_decode(protected))
-    except (SigningError, ValueError, UnicodeDecodeError):
-        raise SigningError("the protected header is not base64url JSON") from None
-    if not isinstance(header, dict):
-        raise SigningError("the protected header is not a JSON object")
-    return header
-
-
-def verify_card_json(
-    document: Mapping[str, Any],
-    find_key: Callable[[dict[str, Any]], SigningKey | None],
-    *,
-    algorithms: Iterable[str],
-) -> Verified:
-    """Check the signatures of a card (as JSON) until one verifies.
-
-    `find_key(header) -> SigningKey | None` picks the key for a protected header
-    (by `kid`, `jku`, `alg`); `algorithms` is the allowlist. Raises SigningError
-    naming why no signature verified.
-    """
-    allowed = set(algorithms)
-    signatures = document.get("signatures")
-    if not isinstance(signatures, list) or not signatures:
-        raise SigningError("the card has no signatures")
-    forms = {
-        "a2a-sdk": canonical_json(document),
-        "as served": canonical_json(document, drop_empty=False),
-    }
-    problems: list[str] = []
-    for i, sig in enumerate(signatures):
-        where = f"signatures[{i}]"
-        if (
-            not isinstance(sig, dict)
-            or not isinstance(sig.get("protected"), str)
-            or not isinstance(sig.get("signature"), str)
-        ):
-            problems.append(f"{where}: needs string members 'protected' and 'signature'")
-            continue
-        try:
-            header = decode_header(sig["protected"])
-            raw_sig = b64url_decode(sig["signature"])
-        except SigningError as exc:
-            problems.append(f"{where}: {exc}")
-            continue
-        alg = header.get("alg")
-        if alg not in allowed:
-            problems.append(
-                f"{where}: algorithm {alg!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
-            )
-            continue
-        try:
-            key = find_key(header)
-        except SigningError as exc:
-            problems.append(f"{where}: {exc}")
-            continue
-        if key is None:
-            problems.append(f"{where}: no key for kid {header.get('kid')!r}")
-            continue
-        if key.alg != alg:
-            problems.append(f"{where}: header alg {alg} does not match the key's {key.alg}")
-            continue
-        for form, payload in forms.items():
-            if _verify_bytes(key, f"{sig['protected']}.{b64url(payload)}".encode("ascii"), raw_sig):
-                return Verified(kid=str(header.get("kid", "")), alg=alg, form=form)
-        problems.append(
-            f"{where}: the signature does not match the card (kid {header.get('kid')!r})"
-        )
-    raise SigningError("; ".join(problems))
 
 
 # ----------------------------------------------------------------------------- settings

@@ -31,7 +31,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from service.cards.signing import key_from_pem
+from a2a_cards.keys import key_from_pem
 from tests.bench.common import ServerProcess
 from tests.call_util import SCRIPT, cli, cli_env, lines, serve_for_cli, state_of
 from tests.process import ROOT, free_port

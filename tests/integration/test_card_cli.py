@@ -20,9 +20,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
 
+from a2a_cards import fetch
+from a2a_cards.finder import KeyFinder
+from a2a_cards.keys import SigningError, key_from_pem, key_from_secret
 from gen import a2a_pb2 as pb
 from service.app import card_cli
-from service.cards.signing import CardSigner, SigningError, key_from_pem, key_from_secret
+from service.cards.signing import CardSigner
 from tests.conftest import ROOT
 
 SECRET = "s3cret-" + "x" * 40
@@ -144,7 +147,7 @@ def test_unreadable_pinned_keys_exit_2_with_one_line(site, tmp_path):
     card, jwks = signed_card()
     (tmp_path / "card.json").write_text(json.dumps(card))
     site.routes["/bad.json"] = (200, {}, b"{not json")
-    site.routes["/big.json"] = (200, {}, b" " * (card_cli.MAX_DOCUMENT_BYTES + 10))
+    site.routes["/big.json"] = (200, {}, b" " * (fetch.MAX_DOCUMENT_BYTES + 10))
     cases = {
         f"http://127.0.0.1:{free_port()}/jwks.json": "cannot read",  # connection refused
         site.origin + "/missing.jwks": "HTTP 404",
@@ -178,7 +181,7 @@ def test_a_timeout_exits_2(monkeypatch, capsys, tmp_path):
     with socket.socket() as silent:  # accepts connections (backlog), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
-        monkeypatch.setattr(card_cli, "TIMEOUT_SECONDS", 0.5)
+        monkeypatch.setattr(fetch, "TIMEOUT_SECONDS", 0.5)
         port = silent.getsockname()[1]
         assert (
             in_process(str(tmp_path / "card.json"), "--jwks", f"http://127.0.0.1:{port}/jwks") == 2
@@ -308,9 +311,7 @@ def test_a_jku_is_never_a_local_file_nor_plain_http_off_loopback(site, tmp_path)
         assert "refused: only https://" in one_error_line(result), jku
         assert "verified" not in result.stdout
     # Plain http off loopback: refused before any connection is tried.
-    finder = card_cli.KeyFinder(
-        "https://agent.example/card.json", None, None, allow_foreign_jku=True
-    )
+    finder = KeyFinder("https://agent.example/card.json", None, None, allow_foreign_jku=True)
     for jku in (
         "http://192.0.2.1/jwks.json",
         "http://agent.example/jwks.json",
@@ -348,13 +349,13 @@ def test_a_redirect_to_another_host_is_not_followed(site, other_site):
     site.redirect("/loop", "/loop")
     result = cli(site.origin, "--jwks", site.origin + "/loop")
     assert result.returncode == 2 and "HTTP 302" in one_error_line(result)
-    assert 1 < site.hits.count("/loop") <= card_cli.MAX_REDIRECTS + 1
+    assert 1 < site.hits.count("/loop") <= fetch.MAX_REDIRECTS + 1
 
 
 def test_local_files_must_be_regular_and_small(tmp_path):
     card, jwks = signed_card()
     (tmp_path / "card.json").write_text(json.dumps(card))
-    (tmp_path / "big.json").write_bytes(b" " * (card_cli.MAX_DOCUMENT_BYTES + 1))
+    (tmp_path / "big.json").write_bytes(b" " * (fetch.MAX_DOCUMENT_BYTES + 1))
     os.mkfifo(tmp_path / "fifo")
     for source in ("/dev/zero", "/dev/stdin", str(tmp_path / "fifo"), str(tmp_path)):
         for args in ((source,), (str(tmp_path / "card.json"), "--jwks", source)):

@@ -19,13 +19,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from google.protobuf import json_format
 from jwt import PyJWK
 
+from a2a_cards.jws import verify_card_json
+from a2a_cards.keys import key_from_pem
 from gen import a2a_pb2 as pb
 from service.app import config
 from service.cards.signing import (
     CardSigner,
     canonical_payload,
-    key_from_pem,
-    verify_card_json,
 )
 from tests.conftest import ROOT
 

@@ -13,8 +13,10 @@ from a2a.types import a2a_pb2 as sdk
 from a2a.utils.errors import TaskNotFoundError
 from google.protobuf import json_format
 
-from service.app import call_cli, call_download, call_permission
-from service.app.call_client import (
+from a2a_call import cli as call_cli
+from a2a_call import download as call_download
+from a2a_call import permission as call_permission
+from a2a_call.client import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     EventIds,
@@ -22,8 +24,8 @@ from service.app.call_client import (
     is_loopback,
     pick_interface,
 )
-from service.app.call_errors import CallError, Exit, classify
-from service.app.call_render import Printer
+from a2a_call.errors import CallError, Exit, classify
+from a2a_call.render import Printer
 
 ENVELOPE = {
     "schemaVersion": 1,

@@ -9,10 +9,10 @@ import io
 import pytest
 from a2a.types import a2a_pb2 as sdk
 
-from service.app import call_permission
-from service.app.call_errors import CallError, Exit, classify
-from service.app.call_render import Printer
-from service.app.call_safe import printable, redact, redact_url
+from a2a_call import permission as call_permission
+from a2a_call.errors import CallError, Exit, classify
+from a2a_call.render import Printer
+from a2a_call.safe import printable, redact, redact_url
 
 ERASE = "\x1b[2K\x1b[1A"  # erase the line, move up: rewrites what a person is approving
 

@@ -1,6 +1,8 @@
 """The import contracts in pyproject.toml ([tool.importlinter]): layers whose imports only
-point down, and no import circles inside any package. They hold for the tree, and they
-catch an upward import (function-local ones too) and a circle when one is added."""
+point down, no import circles inside any package, and the client (`a2a_call`), the card
+code it shares with the server (`a2a_cards`) and the server kept apart. They hold for the
+tree, and they catch an upward import (function-local ones too), a circle, and an import
+across the client/server line when one is added."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -27,7 +30,7 @@ def _lint(tree) -> subprocess.CompletedProcess:
 @pytest.fixture
 def tree(tmp_path):
     """A copy of the packages and the contracts, to break on purpose."""
-    for package in ("service", "gateway", "gen"):
+    for package in ("service", "gateway", "gen", "a2a_call", "a2a_cards"):
         shutil.copytree(
             ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -38,7 +41,7 @@ def tree(tmp_path):
 def test_the_tree_keeps_its_import_contracts(tree):
     result = _lint(tree)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 2 kept, 0 broken." in result.stdout
+    assert "Contracts: 5 kept, 0 broken." in result.stdout
 
 
 def test_an_upward_import_breaks_the_layers_even_inside_a_function(tree):
@@ -61,3 +64,53 @@ def test_a_circle_inside_a_package_breaks_the_contracts(tree):
     assert "No import circles among the modules of any package BROKEN" in result.stdout, (
         result.stdout
     )
+
+
+CLIENT = "The client imports nothing of the server"
+SHARED = "The shared card code imports neither the server nor the client"
+SERVER = "The server imports nothing of the client"
+
+
+def test_the_client_server_contracts_are_declared():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert {"service", "gateway", "gen", "a2a_call", "a2a_cards"} <= set(config["root_packages"])
+    forbidden = {
+        c["name"]: (set(c["source_modules"]), set(c["forbidden_modules"]), c.get("ignore_imports"))
+        for c in config["contracts"]
+        if c["type"] == "forbidden"
+    }
+    assert forbidden == {
+        CLIENT: ({"a2a_call"}, {"service", "gateway"}, None),
+        SHARED: ({"a2a_cards"}, {"service", "gateway", "a2a_call"}, None),
+        # `python -m service call ...` hands over to the client: the one allowed import
+        SERVER: ({"service", "gateway"}, {"a2a_call"}, ["service.app.cli -> a2a_call.cli"]),
+    }
+    [acyclic] = [c for c in config["contracts"] if c["type"] == "acyclic_siblings"]
+    assert {"a2a_call", "a2a_cards"} <= set(acyclic["ancestors"])
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "contract"),
+    [
+        ("a2a_call/errors.py", "service.app.config", CLIENT),
+        ("a2a_call/safe.py", "gateway.server", CLIENT),
+        ("a2a_cards/keys.py", "service.cards.card", SHARED),
+        ("a2a_cards/fetch.py", "a2a_call.safe", SHARED),
+        ("service/cards/signing.py", "a2a_call.client", SERVER),
+        ("gateway/health.py", "a2a_call.errors", SERVER),
+    ],
+)
+def test_an_import_across_the_client_server_line_breaks_the_contracts(
+    tree, module, imported, contract
+):
+    path = tree / module
+    package, _, name = imported.rpartition(".")
+    path.write_text(
+        path.read_text()
+        + f"\n\ndef _sneaky():\n    from {package} import {name}\n\n    return {name}\n"
+    )
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert f"{contract} BROKEN" in result.stdout, result.stdout
+    importer = module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {imported}" in result.stdout, result.stdout

@@ -5,7 +5,7 @@ ListTasksResponse or AgentCard of the other commands). Otherwise text: on a term
 updates rewrite one progress line on stderr while artifacts and messages are printed on
 stdout as they arrive; off a terminal every status change is a line of its own.
 
-Everything an agent sent goes through `call_safe.printable` on its way to the screen: each
+Everything an agent sent goes through `safe.printable` on its way to the screen: each
 field as it is put into a line (one-line fields: names, ids, URLs, status), and each line
 once more as it is written (`say` keeps the newlines of text, `note` and the status line do
 not). `--json` needs none of it: `json.dumps` escapes every control character.
@@ -21,10 +21,10 @@ from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from service.app.call_errors import Exit
-from service.app.call_safe import printable, redact_url
+from a2a_call.errors import Exit
+from a2a_call.safe import printable, redact_url
 
-STATE_NAMES = {
+STATE_NAMES: dict[int, str] = {
     value: name.removeprefix("TASK_STATE_").lower().replace("_", "-")
     for name, value in sdk.TaskState.items()
 }
@@ -44,7 +44,8 @@ def state_name(state: int) -> str:
 
 
 def to_json(message: Message) -> dict[str, Any]:
-    return json_format.MessageToDict(message)
+    document: dict[str, Any] = json_format.MessageToDict(message)
+    return document
 
 
 def part_text(part: sdk.Part) -> str:

@@ -1,6 +1,6 @@
 """`a2a-call` (also `python -m service call`): call an A2A agent from the command line.
 
-The argument parser and the entry point; the commands themselves are in `call_run`, imported
+The argument parser and the entry point; the commands themselves are in `run.py`, imported
 only when a command runs, so `--help` works without the optional `client` extra (a2a-sdk).
 """
 
@@ -40,8 +40,8 @@ VALUE_OPTIONS = {
     "--max-download",
 }
 DEFAULT_MAX_DOWNLOAD = "1G"
-DEFAULT_TIMEOUT = 30.0  # as call_client.DEFAULT_TIMEOUT_SECONDS (kept free of the a2a-sdk)
-DEFAULT_IDLE_TIMEOUT = 300.0  # as call_client.DEFAULT_IDLE_SECONDS
+DEFAULT_TIMEOUT = 30.0  # as client.DEFAULT_TIMEOUT_SECONDS (kept free of the a2a-sdk)
+DEFAULT_IDLE_TIMEOUT = 300.0  # as client.DEFAULT_IDLE_SECONDS
 _SIZE = re.compile(r"\s*(\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*", re.IGNORECASE)
 _UNITS = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = parser.parse_args(words)  # --help
     try:
-        from service.app import call_run
+        from a2a_call import run as call_run
     except ImportError as exc:  # the optional `client` extra is not installed
         print(
             f"{PROG}: the a2a-sdk client is not installed ({exc.name}); install the package "

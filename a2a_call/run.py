@@ -1,5 +1,5 @@
 """The commands of `a2a-call`: send (with the permission round trip), card, get, list, cancel,
-subscribe and download, each ending in one of the exit codes of `call_client.Exit`."""
+subscribe and download, each ending in one of the exit codes of `errors.Exit`."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 
-from service.app import call_download, call_permission
-from service.app.call_client import (
+from a2a_call import download as call_download
+from a2a_call import permission as call_permission
+from a2a_call.client import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     Connection,
@@ -28,9 +29,9 @@ from service.app.call_client import (
     binding_of,
     connect,
 )
-from service.app.call_errors import CallError, Exit, classify
-from service.app.call_render import EXIT_OF_STATE, Printer, message_text, state_name
-from service.app.call_safe import printable
+from a2a_call.errors import CallError, Exit, classify
+from a2a_call.render import EXIT_OF_STATE, Printer, message_text, state_name
+from a2a_call.safe import printable
 
 T = TypeVar("T")
 INTERRUPTED = (sdk.TASK_STATE_INPUT_REQUIRED, sdk.TASK_STATE_AUTH_REQUIRED)

@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 from a2a.types import a2a_pb2 as sdk
 
-from service.app.call_client import CONNECT_TIMEOUT_SECONDS, Connection
-from service.app.call_errors import CallError, Exit
-from service.app.call_metadata import namespace_of
+from a2a_call.client import CONNECT_TIMEOUT_SECONDS, Connection
+from a2a_call.errors import CallError, Exit
+from a2a_call.metadata import namespace_of
 
 CHUNK = 1 << 16
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -31,9 +31,10 @@ from a2a.types import a2a_pb2 as sdk
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
 from google.protobuf.json_format import ParseError
 
-from service.app import card_cli
-from service.app.call_errors import CallError, Exit
-from service.cards.signing import ASYMMETRIC_ALGS, SigningError, verify_card_json
+from a2a_call.errors import CallError, Exit
+from a2a_cards.finder import KeyFinder
+from a2a_cards.jws import verify_card_json
+from a2a_cards.keys import ASYMMETRIC_ALGS, SigningError
 
 WELL_KNOWN_CARD = "/.well-known/agent-card.json"
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -93,7 +94,7 @@ def _card_api_key_header(card: sdk.AgentCard | None) -> str:
         if scheme.HasField("api_key_security_scheme"):
             api = scheme.api_key_security_scheme
             if api.location.lower() == "header" and api.name:
-                return api.name
+                return str(api.name)
     return DEFAULT_API_KEY_HEADER
 
 
@@ -164,6 +165,7 @@ def binding_of(name: str | None) -> str | None:
 def pick_interface(card: sdk.AgentCard, binding: str | None) -> sdk.AgentInterface:
     """The first interface of the card this client speaks (or of the --binding asked for)."""
     wanted = (binding,) if binding else SPOKEN
+    interface: sdk.AgentInterface
     for interface in card.supported_interfaces:
         if interface.protocol_binding in wanted:
             return interface
@@ -357,7 +359,7 @@ class _NotingIds(httpx.AsyncByteStream):
 
 def http_client(tls: Tls, https: bool, ids: EventIds | None = None) -> httpx.AsyncClient:
     """The one httpx client of a run: no read timeout (streams idle between events; calls are
-    bounded as a whole by call_run, streams between events), a connect timeout, TLS from
+    bounded as a whole by run.py, streams between events), a connect timeout, TLS from
     --cacert/--cert/--key, A2A-Version: 1.0."""
     verify: ssl.SSLContext | bool = tls.ssl_context() if (tls.configured or https) else True
     return httpx.AsyncClient(
@@ -396,9 +398,9 @@ async def fetch_card(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
 
 async def verify_card(card_json: dict[str, Any], card_url: str, jwks: str) -> str:
     """Check the card's signature against the key set at JWKS (a URL or a file) with the
-    server's own verifier (service.cards.signing, keys found as `card verify --jwks` does);
+    server's own verifier (a2a_cards, keys found as `card verify --jwks` does);
     a card that does not verify is refused."""
-    finder = card_cli.KeyFinder(card_url, jwks, None)
+    finder = KeyFinder(card_url, jwks, None)
     try:
         verified = await asyncio.to_thread(
             verify_card_json, card_json, finder, algorithms=ASYMMETRIC_ALGS

@@ -12,7 +12,7 @@ from a2a.client import A2AClientError, A2AClientTimeoutError, AgentCardResolutio
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import ParseError
 
-from service.app.call_safe import printable, redact
+from a2a_call.safe import printable, redact
 
 
 class Exit(enum.IntEnum):

@@ -16,8 +16,8 @@ from typing import Any, TextIO
 from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format, struct_pb2
 
-from service.app.call_metadata import namespace_of
-from service.app.call_safe import printable
+from a2a_call.metadata import namespace_of
+from a2a_call.safe import printable
 
 INPUT_KEY = "input"
 KIND = "permission"
