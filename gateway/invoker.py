@@ -29,7 +29,6 @@ from google.protobuf.message import Message
 
 from service.api import CallContext
 from service.engine.stream import NumberedEvents
-from service.grpc_binding import retry_delay, status_details
 from service.protocol.admission import Gate
 from service.protocol.errors import (
     BY_REASON,
@@ -39,6 +38,7 @@ from service.protocol.errors import (
     MethodNotFoundError,
     UnauthenticatedError,
 )
+from service.protocol.grpc_status import retry_delay, status_details
 from service.protocol.params import VERSION_KEY
 from service.telemetry import hub
 

@@ -22,12 +22,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2, message_factory
+from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
-from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
@@ -36,11 +34,8 @@ from service.auth.schemes import CallMetadata, call_metadata
 from service.calls.pipeline import Pipeline
 from service.calls.record import Call
 from service.net.limits import CallLimit
-from service.protocol.errors import (
-    A2AError,
-    InvalidRequestError,
-    error_details,
-)
+from service.protocol.errors import InvalidRequestError
+from service.protocol.grpc_status import error_status
 from service.telemetry import names
 
 log = logging.getLogger("service.grpc")
@@ -48,49 +43,6 @@ log = logging.getLogger("service.grpc")
 SERVICE = pb.DESCRIPTOR.services_by_name["A2AService"]
 SERVICE_NAME = SERVICE.full_name
 ACCESS_BINDING = "grpc"  # the binding's name in access lines
-
-
-def error_status(err: A2AError) -> grpc.Status:
-    """A2AError -> gRPC status with google.rpc.ErrorInfo (and BadRequest) details."""
-    details = []
-    for detail in error_details(err):
-        packed = any_pb2.Any()
-        packed.Pack(detail)
-        details.append(packed)
-    code = grpc.StatusCode[err.grpc_status]
-    return rpc_status.to_status(
-        status_pb2.Status(code=code.value[0], message=err.message, details=details)
-    )
-
-
-def status_details(
-    err: grpc.aio.AioRpcError,
-) -> tuple[error_details_pb2.ErrorInfo | None, list[tuple[str, str]]]:
-    """The reverse of error_status, as a gRPC client sees it: the first ErrorInfo and
-    the BadRequest field violations (field, description) in the status details."""
-    status = rpc_status.from_call(err)
-    info: error_details_pb2.ErrorInfo | None = None
-    violations: list[tuple[str, str]] = []
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and info is None:
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            violations.extend((v.field, v.description) for v in bad.field_violations)
-    return info, violations
-
-
-def retry_delay(err: grpc.aio.AioRpcError) -> float | None:
-    """The google.rpc.RetryInfo delay of a status, in seconds (None when it has none)."""
-    status = rpc_status.from_call(err)
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            retry = error_details_pb2.RetryInfo()
-            detail.Unpack(retry)
-            return retry.retry_delay.ToNanoseconds() / 1e9
-    return None
 
 
 def metadata_of(context: grpc.aio.ServicerContext) -> CallMetadata:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from service.grpc_binding import status_details as error_details  # noqa: F401 - used by tests
+from service.protocol.grpc_status import status_details as error_details  # noqa: F401 - used by tests
 
 
 async def expect_error(coro, code: grpc.StatusCode, reason: str) -> grpc.aio.AioRpcError:

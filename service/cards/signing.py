@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format

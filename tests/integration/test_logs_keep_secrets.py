@@ -22,7 +22,7 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
-from service.grpc_binding import status_details
+from service.protocol.grpc_status import status_details
 from tests.agents import AGENT_SECRET
 from tests.process import ServerProcess, free_port
 
