@@ -23,9 +23,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
-from grpc_health.v1._async import HealthServicer
 
 from gateway.invoker import GatedInvoker, Invoker
 from gateway.server import HttpServer
@@ -44,6 +44,12 @@ STREAM_SHUTDOWN_MESSAGE = (
 RESPONSE_FLUSH_SECONDS = 2.0  # after the drain: time for answers already made to be written
 
 
+class Health(Protocol):
+    """The gRPC health service, as the drain uses it."""
+
+    async def enter_graceful_shutdown(self) -> None: ...
+
+
 @dataclass
 class Draining:
     """What the drain touches; None where a part was never started (proxy mode, a failed
@@ -55,7 +61,7 @@ class Draining:
     readiness: Readiness
     housekeeping: Housekeeping
     gate: Gate
-    health: HealthServicer | None
+    health: Health | None
     engine: Engine | None
     invoker: Invoker | None
     grpc_server: grpc.aio.Server | None
