@@ -2,31 +2,28 @@
 health and reflection) and, when enabled, the HTTP gateway; owns startup, drain
 and shutdown. Nothing else constructs these parts.
 
-Startup takes the data directory's lock before anything in it is opened (so
-restart recovery never touches another live server's tasks); every startup
-failure becomes one `StartupError` line naming the setting. Shutdown drains:
-health goes non-serving at once, new calls are still taken for
-`drain_grace_seconds` (load balancers notice), then refused with UNAVAILABLE /
-503 + Retry-After; running turns get up to `drain_seconds`; then open streams
-end with an UNAVAILABLE error that says they can be resumed, turns still running
-are stopped and their tasks settle FAILED, and everything is committed before
-the process exits.
+Each part is an async context manager built from its settings (service/app/parts.py).
+`Service.start` enters them, in order, on one `AsyncExitStack`: startup takes the data
+directory's lock before anything in it is opened (so restart recovery never touches
+another live server's tasks), and installs telemetry before anything that records into
+it is built; every startup failure becomes one `StartupError` line naming the setting,
+and closes what was opened. `Service.stop` closes the stack: first the drain, whose order
+is deliberate (service/app/drain.py: health NOT_SERVING, a grace period, new calls
+refused, running turns get up to `drain_seconds`, open streams end resumable, turns still
+running are stopped and their tasks settle FAILED, the last answers written), then every
+part in reverse start order, so start and stop cannot drift.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import gc
 import logging
 import os
-import pathlib
-import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -36,7 +33,6 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 from starlette.types import ASGIApp
 
 from gateway.app import build_app
-from gateway.health import probe_app
 from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
@@ -46,9 +42,12 @@ from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
 from service.agents.command import program_environment
 from service.api import A2AApi
+from service.app import parts
 from service.app.config import ConfigError, Settings, secret_files, secrets
+from service.app.drain import Draining, drain
 from service.app.housekeeping import Housekeeping
-from service.app.ownership import LOCK_FILE, InUseError, Ownership
+from service.app.ownership import Ownership
+from service.app.parts import StartupError, setting
 from service.auth import Authenticator, TlsFiles
 from service.auth.settings import advertised, authenticator_from, startup_warnings, tls_from
 from service.calls.access import AccessLog
@@ -58,11 +57,9 @@ from service.calls.pipeline import Interceptor, Pipeline
 from service.cards.card import CardBuilder, Cards, interface
 from service.cards.signing import CardSigner, SignedCards, signer_from_settings
 from service.engine.bus import EventBus
-from service.engine.cluster import Cluster
 from service.engine.files import FileArtifacts
 from service.engine.limits import RateLimiter, Slots
 from service.engine.peers import Peers
-from service.engine.redis_bus import RedisBus
 from service.engine.registry import Engine
 from service.engine.retention import (
     PurgeHook,
@@ -71,76 +68,26 @@ from service.engine.retention import (
     purge_orphans,
     sweep_interval,
 )
-from service.engine.settings import open_bus, shares_ports
 from service.grpc_binding import SERVICE, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net import logs
-from service.net.limits import CallLimit, grpc_server_options, raise_nofile_limit
+from service.net.limits import CallLimit, raise_nofile_limit
 from service.net.readiness import Readiness, from_health
-from service.permission.policy import policy_from_settings as permission_policy
 from service.protocol.admission import Gate
-from service.protocol.errors import UnavailableError
 from service.push import PushNotifications
 from service.push.dispatcher import ORPHAN_SECONDS
-from service.store import Scope, Store, is_shared, open_store, redact_url
+from service.store import Scope, Store, is_shared, redact_url
 from service.store.blobs import LocalBlobStore
-from service.telemetry.setup import Installed, start_metrics_listener
-from service.telemetry.setup import install as install_telemetry
+from service.telemetry.setup import Installed
 
 log = logging.getLogger("service")
 
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"  # same messages as v1alpha, newer name
-STREAM_SHUTDOWN_MESSAGE = (
-    "The server is shutting down; this stream ended before its task did. Resume it with "
-    "SubscribeToTask (on HTTP, send Last-Event-ID with the id of the last event received)."
-)
-RESPONSE_FLUSH_SECONDS = 2.0  # after the drain: time for answers already made to be written
 # After SIGTERM, how long past `drain_seconds` closing the parts may take before the process
 # gives up on the one that is stuck and exits 1 (naming it), rather than hang until a KILL.
 STOP_OVERRUN_SECONDS = 8.0
 ORPHAN_MARGIN_SECONDS = 10.0  # after max_turn_seconds: the failed turn's commit
-
-
-class StartupError(Exception):
-    """The service cannot start; the message names the setting and the cause, in one line."""
-
-
-@contextlib.contextmanager
-def _setting(key: str) -> Iterator[None]:
-    """Turn a failure of one startup step into a StartupError naming `key`."""
-    try:
-        yield
-    except (StartupError, ConfigError):
-        raise
-    except OSError as exc:
-        raise StartupError(f"{key}: {_os_reason(exc)}") from exc
-    except Exception as exc:
-        raise StartupError(f"{key}: {exc}") from exc
-
-
-def _os_reason(exc: OSError) -> str:
-    if exc.strerror and exc.filename:
-        return f"{exc.filename}: {exc.strerror}"
-    return exc.strerror or str(exc)
-
-
-def _bind_reason(host: str, port: int, reuse_port: bool = False) -> str:
-    """Why gRPC could not listen on host:port ('' if a bind works): grpc itself only says
-    "Failed to bind", so try the bind here (`reuse_port`: as a worker sharing it)."""
-    try:
-        infos = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            probe.bind(infos[0][4])
-    except OSError as exc:
-        return exc.strerror or os.strerror(exc.errno or errno.EADDRINUSE)
-    return ""
 
 
 def orphan_cursor_seconds(s: Settings) -> float:
@@ -155,7 +102,7 @@ def orphan_cursor_seconds(s: Settings) -> float:
 def build_agent(settings: Settings) -> Agent:
     if settings.agent == "command":
         workspaces = f"{settings.data_dir}/workspaces"
-        with _setting("command_env"):
+        with setting("command_env"):
             env = program_environment(settings.command_env, os.environ, secret_files(settings))
         return load_agent(
             "command",
@@ -203,7 +150,7 @@ class Service:
     purge_hooks: list[PurgeHook] = field(default_factory=list)
     housekeeping: Housekeeping = field(default_factory=Housekeeping)
     telemetry: Installed | None = None  # None: telemetry is off (service/telemetry)
-    _metrics_server: Any = None  # the /metrics listener on metrics_port
+    _parts: AsyncExitStack = field(default_factory=AsyncExitStack)  # what start() opened
     _started: bool = False  # start() completed: there may be callers to drain
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
     stop_phase: str = ""  # what stop() is doing now (named if it overruns)
@@ -215,50 +162,7 @@ class Service:
         logs.protect(secrets(s))  # no configured credential is ever written to the log
         self.access = AccessLog() if s.access_log else None
         try:
-            self._claim_data()  # before anything in the data directory is opened
-            try:  # unusable credentials or TLS files: before any listener
-                self.auth = authenticator_from(s)
-                self.tls = tls_from(s)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-            for warning in startup_warnings(s, self.auth, self.tls):
-                log.warning("%s", warning)
-            if self.telemetry is None:  # tests pass one in, with in-memory exporters
-                with _setting("telemetry"):  # before the parts that record into it are built
-                    self.telemetry = install_telemetry(
-                        s, service_name=s.name, service_version=s.version
-                    )
-            with _setting("agent"):
-                agent = build_agent(s)
-            if s.http_port >= 0:
-                # Bound first: the agent card must advertise the real port (--http-port 0).
-                with _setting("http_port"):
-                    self.http = HttpServer(s.host, s.http_port, reuse_port=shares_ports(s))
-                self.http_port = self.http.port
-            if self.auth is not None and self.auth.jwt is not None:
-                await self.auth.jwt.keys.prime()
-            with _setting("call_interceptors"):
-                configured = load_interceptors(s.call_interceptors)
-            self.pipeline = self._pipeline(configured)
-            if s.upstream:
-                self.cards = self._cards(agent)
-                self.invoker = GatedInvoker(GrpcInvoker(s.upstream, SERVICE), self.gate)
-            else:
-                await self._start_core(agent)
-                assert self.api is not None
-                self.invoker = InProcessInvoker(self.api, SERVICE)
-            if self.http is not None:
-                with _setting("http_port"):
-                    await self._start_gateway()
-            if s.probe_port >= 0:
-                with _setting("probe_port"):
-                    await self._start_probes()
-            await self.readiness.start(self._readiness_changed)
-            if s.metrics_endpoint and s.metrics_port:
-                with _setting("metrics_port"):
-                    self._metrics_server = start_metrics_listener(
-                        self.telemetry, s.host, s.metrics_port
-                    )
+            await self._enter_parts(self._parts)
         except BaseException:
             await self.stop()
             raise
@@ -266,6 +170,174 @@ class Service:
         self._started = True
         if self.health is not None:
             await self._readiness_changed(self.readiness.ready)
+
+    async def _enter_parts(self, stack: AsyncExitStack) -> None:
+        """The start order; closing `stack` undoes it in reverse (after the drain)."""
+        s = self.settings
+        stack.callback(self._said_stopped)  # the very last line
+        await stack.enter_async_context(parts.data_claimed(s, self.ownership))
+        try:  # unusable credentials or TLS files: before any listener
+            self.auth = authenticator_from(s)
+            self.tls = tls_from(s)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        for warning in startup_warnings(s, self.auth, self.tls):
+            log.warning("%s", warning)
+        # Telemetry before anything that records into it is built: it is handed to the call
+        # pipeline and the gateway below, and the engine, push and store read `hub.current`.
+        telemetry = await stack.enter_async_context(
+            parts.telemetry_installed(s, self.telemetry, s.name, s.version)
+        )
+        self.telemetry = telemetry
+        stack.callback(self._phase, "flushing telemetry")
+        with setting("agent"):
+            agent = build_agent(s)
+        http = None
+        if s.http_port >= 0:  # bound first: the agent card must advertise the real port
+            http = await stack.enter_async_context(parts.http_bound(s))
+            self.http, self.http_port = http.part, http.part.port
+        if self.auth is not None and self.auth.jwt is not None:
+            await self.auth.jwt.keys.prime()
+        with setting("call_interceptors"):
+            configured = load_interceptors(s.call_interceptors)
+        self.pipeline = self._pipeline(telemetry, configured)
+        if s.upstream:
+            self.cards = self._cards(agent)
+            upstream = GatedInvoker(GrpcInvoker(s.upstream, SERVICE), self.gate)
+            self.invoker = await stack.enter_async_context(parts.invoker_open(upstream))
+        else:
+            await self._enter_core(stack, agent)
+            assert self.api is not None
+            in_process = InProcessInvoker(self.api, SERVICE)
+            self.invoker = await stack.enter_async_context(parts.invoker_open(in_process))
+        if http is not None:
+            http.place(stack)
+            with setting("http_port"):
+                await self._start_gateway(http.part, telemetry)
+        if s.probe_port >= 0:
+            probes = parts.probes_serving(s, lambda: self.serving, self.readiness)
+            self.probes = await stack.enter_async_context(probes)
+            self.probe_port = self.probes.port
+        await stack.enter_async_context(
+            parts.readiness_checked(self.readiness, self._readiness_changed)
+        )
+        if s.metrics_endpoint and s.metrics_port:
+            await stack.enter_async_context(
+                parts.metrics_listening(telemetry, s.host, s.metrics_port)
+            )
+        stack.callback(self._phase, "closing the listeners")  # right after the drain
+
+    async def _enter_core(self, stack: AsyncExitStack, agent: Agent) -> None:
+        """In-process mode: store, push, file artifacts, bus, engine (and peers), recovery,
+        push delivery, the API and the gRPC server (with health and reflection), housekeeping."""
+        s = self.settings
+        self.store = store = await stack.enter_async_context(parts.store_opened(s))
+        pushing = None
+        if s.push_notifications:
+            pushing = await stack.enter_async_context(
+                parts.push_built(s, store, orphan_cursor_seconds(s))
+            )
+            self.push = pushing.part
+        blobs = parts.blob_store(s)
+        self.files = await stack.enter_async_context(
+            parts.file_artifacts(s, blobs, self._http_base())
+        )
+        stack.callback(self._phase, "closing the task store")
+        # What a process killed mid-write left: half-written blobs, configs of tasks that
+        # were never stored (a server from before they were written together).
+        await blobs.sweep_tmp()
+        with setting("store"):
+            await purge_orphans(store)
+        self.bus = await stack.enter_async_context(parts.bus_opened(s))
+        stack.callback(self._phase, "closing the bus")
+        engine, self.peers = await stack.enter_async_context(
+            parts.engine_and_peers(s, store, agent, self.bus, self.push, self.files)
+        )
+        self.engine = engine
+        stack.callback(self._phase, "leaving the cluster")
+        lost = await engine.recover()
+        if lost:
+            log.warning(
+                "marked %d task(s) FAILED that were running when the server last stopped", lost
+            )
+        if pushing is not None:
+            pushing.place(stack)  # stopped before the cluster is left and the bus closed
+            with setting(parts.push_setting(s)):
+                await pushing.part.start()  # after recover: its events are pushed too
+            stack.callback(self._phase, "stopping push delivery")
+        self._check_readiness()
+        server, self.grpc_port = parts.grpc_bound(s, self.tls)
+        self.cards = self._cards(agent)
+        self.api = self._api(engine, self.cards, blobs)
+        assert self.pipeline is not None
+        add_servicer(
+            make_servicer(self.api, self.pipeline, CallLimit(s.grpc_max_concurrent_calls)), server
+        )
+        self.health = HealthServicer()
+        add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
+        _enable_reflection(
+            server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        )
+        self.grpc_server = await stack.enter_async_context(parts.grpc_serving(server))
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
+        self._housekeeping_jobs(agent, blobs)
+        await stack.enter_async_context(parts.housekeeping_running(self.housekeeping))
+        if is_shared(s.store_url) and not s.file_artifact_dir:  # said once all else is up
+            log.warning(
+                "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
+                "host only, and a replica on another host answers 404 for them. Set "
+                "file_artifact_dir to a directory every replica mounts (README: Scale-out).",
+                blobs.root,
+            )
+        log.info(
+            "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
+            s.host,
+            self.grpc_port,
+            _safe_store(s.store_url),
+            s.agent,
+            _security_note(self.auth, self.tls),
+        )
+
+    def _api(self, engine: Engine, cards: Cards, blobs: LocalBlobStore) -> A2AApi:
+        s = self.settings
+        return A2AApi(
+            engine,
+            cards,
+            push_notifications=s.push_notifications,
+            push=self.push,
+            inputs=policy_from_settings(
+                s,
+                cards.public_card(),
+                StoreContextLookup(engine),
+                # every tenant's stored files too: no file:// part may read them
+                denied=[s.data_dir, str(blobs.root), *secret_files(s)],
+            ),
+            streams=Slots(
+                0,
+                s.max_streams_per_principal,
+                ("max_streams_per_principal", "max_streams_per_principal"),
+                "streams",
+            ),
+        )
+
+    async def _start_gateway(self, http: HttpServer, telemetry: Installed | None) -> None:
+        s = self.settings
+        level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
+        await http.start(
+            self._gateway_app(telemetry),
+            log_level=level,
+            graceful_seconds=max(1.0, s.drain_seconds),
+            ssl=self.tls.uvicorn_options() if self.tls is not None else None,
+            settings=s,
+        )
+        mode = f"proxy to {s.upstream}" if s.upstream else "in-process"
+        log.info(
+            "HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s%s)",
+            s.host,
+            self.http_port,
+            mode,
+            _security_note(self.auth, self.tls),
+        )
 
     def _check_readiness(self) -> None:
         """The readiness seam: one check per part every call needs. A store, bus or queue
@@ -294,10 +366,13 @@ class Service:
         )
         await self._set_health(status)
 
-    def _pipeline(self, configured: Sequence[Interceptor] = ()) -> Pipeline:
+    def _pipeline(
+        self, telemetry: Installed | None, configured: Sequence[Interceptor] = ()
+    ) -> Pipeline:
         """What every call runs on every binding: authentication, then (in-process) the drain
         gate, the caller's rate limit, the version and required extensions. A proxy checks
-        only who calls: its upstream admits the call (its drain: GatedInvoker). `configured`
+        only who calls: its upstream admits the call (its drain: GatedInvoker). `telemetry` is
+        installed by then: the pipeline records every call into it. `configured`
         (call_interceptors) run after those, in both."""
         s = self.settings
         if s.upstream:
@@ -310,26 +385,15 @@ class Service:
             authenticator=self.auth,
             interceptors=[*steps, *configured],
             access=self.access,
-            telemetry=self.telemetry.telemetry if self.telemetry is not None else None,
+            telemetry=telemetry.telemetry if telemetry is not None else None,
             forward_credentials=bool(s.upstream),
         )
 
-    async def _start_probes(self) -> None:
-        """probe_port: the probes alone, plaintext, no client certificate (for kubelet and
-        load balancers when mTLS is on)."""
+    def _gateway_app(self, telemetry: Installed | None) -> ASGIApp:
+        """The HTTP bindings' app over the invoker (telemetry's middleware around it when on,
+        HSTS outermost with TLS)."""
         s = self.settings
-        self.probes = HttpServer(s.probe_host, s.probe_port)
-        self.probe_port = self.probes.port
-        await self.probes.start(
-            probe_app(lambda: self.serving, self.readiness),
-            graceful_seconds=1.0,
-            settings=s,
-        )
-        log.info("health probes (plaintext) listening on %s:%d", s.probe_host, self.probe_port)
-
-    async def _start_gateway(self) -> None:
-        s = self.settings
-        assert self.http is not None and self.cards is not None and self.invoker is not None
+        assert self.cards is not None and self.invoker is not None
         app: ASGIApp = build_app(
             invoker=self.invoker,
             service=SERVICE,
@@ -346,202 +410,16 @@ class Service:
             files=self.api,  # None in proxy mode: the files live with the upstream
             reject_unknown_fields=s.json_unknown_fields == REJECT,
             readiness=self.readiness,
-            metrics=self.telemetry.metrics_text
-            if self.telemetry is not None and s.metrics_endpoint and not s.metrics_port
+            metrics=telemetry.metrics_text
+            if telemetry is not None and s.metrics_endpoint and not s.metrics_port
             else None,
             rate_limit=self.rate_limit,
         )
-        if self.telemetry is not None:
-            app = TelemetryMiddleware(app, self.telemetry.telemetry)
+        if telemetry is not None:
+            app = TelemetryMiddleware(app, telemetry.telemetry)
         if self.tls is not None and s.tls_hsts_max_age_seconds > 0:
             app = HstsMiddleware(app, s.tls_hsts_max_age_seconds)  # outermost: every response
-        level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
-        await self.http.start(
-            app,
-            log_level=level,
-            graceful_seconds=max(1.0, s.drain_seconds),
-            ssl=self.tls.uvicorn_options() if self.tls is not None else None,
-            settings=s,
-        )
-        mode = f"proxy to {s.upstream}" if s.upstream else "in-process"
-        log.info(
-            "HTTP gateway (JSON-RPC, REST, agent card) listening on %s:%d (%s%s)",
-            s.host,
-            self.http_port,
-            mode,
-            _security_note(self.auth, self.tls),
-        )
-
-    def _claim_data(self) -> None:
-        """Lock the data directory (and a task database kept elsewhere) for this process,
-        when this process will write there; InUseError names the owner."""
-        s = self.settings
-        if s.upstream:
-            return  # proxy mode keeps no state
-        data_dir = pathlib.Path(s.data_dir)
-        db = (
-            pathlib.Path(s.store_url[len("sqlite:") :].removeprefix("//"))
-            if s.store_url.startswith("sqlite:")
-            else None
-        )
-        db_inside = db is not None and db.parent.resolve() == data_dir.resolve()
-        uses_dir = (
-            db_inside
-            or s.agent == "command"
-            or (s.push_notifications and (s.push_queue == "local-file" or not s.push_secret_keys))
-        )
-        try:
-            if uses_dir:
-                self.ownership.claim(data_dir / LOCK_FILE, f"data directory {data_dir.resolve()}")
-            if db is not None and not db_inside:
-                self.ownership.claim(
-                    db.with_name(db.name + ".lock"), f"task database {db.resolve()}"
-                )
-        except InUseError as exc:
-            raise StartupError(f"{'data_dir' if uses_dir else 'store'}: {exc}") from None
-        except OSError as exc:
-            raise StartupError(
-                f"data_dir: cannot create or lock {data_dir}: {exc.strerror or exc}"
-            ) from None
-
-    async def _start_core(self, agent: Agent) -> None:
-        """Store, engine, API and the gRPC server (with health and reflection)."""
-        s = self.settings
-        with _setting("store"):
-            self.store = open_store(s.store_url, s.store_commit_interval_ms)
-            try:
-                await self.store.open()
-            except Exception as exc:
-                raise StartupError(
-                    f"store: cannot open {_safe_store(s.store_url)} ({exc})"
-                ) from exc
-        push_key = "push_redis_url" if s.push_queue == "redis-streams" else "push_queue"
-        if s.push_notifications:
-            with _setting(push_key):
-                self.push = PushNotifications.from_settings(
-                    s, self.store, s.data_dir, orphan_seconds=orphan_cursor_seconds(s)
-                )
-        blobs = self._blob_store()
-        self.files = self._file_artifacts(blobs)
-        # What a process killed mid-write left: half-written blobs, configs of tasks that
-        # were never stored (a server from before they were written together).
-        await blobs.sweep_tmp()
-        with _setting("store"):
-            await purge_orphans(self.store)
-        with _setting("bus"):
-            try:
-                # In-process (one process), or Redis shared by every replica.
-                self.bus = await open_bus(s)
-            except RuntimeError as exc:
-                raise StartupError(f"bus: cannot reach {_safe_store(s.bus)} ({exc})") from None
-        if isinstance(self.bus, RedisBus):  # several processes behave as one
-            self.peers = Peers(Cluster(self.bus, s.lease_seconds, s.bus_prefix))
-        self.engine = Engine(
-            self.store,
-            agent,
-            bus=self.bus,
-            on_commit=self.push.on_commit if self.push else None,
-            event_pace=s.store_commit_interval_ms / 1000,
-            files=self.files,
-            permissions=permission_policy(s),
-            turns=Slots(
-                s.max_concurrent_turns,
-                s.max_concurrent_turns_per_principal,
-                ("max_concurrent_turns", "max_concurrent_turns_per_principal"),
-                "turns",
-            ),
-            inactivity_timeout=s.turn_inactivity_timeout_seconds,
-            max_turn_seconds=s.max_turn_seconds,
-            peers=self.peers,
-        )
-        if self.peers is not None:
-            with _setting("bus"):
-                await self.peers.start(self.engine)
-        lost = await self.engine.recover()
-        if lost:
-            log.warning(
-                "marked %d task(s) FAILED that were running when the server last stopped", lost
-            )
-        if self.push is not None:
-            with _setting(push_key):
-                await self.push.start()  # after recover: its events are pushed too
-        self._check_readiness()
-
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", s.max_request_bytes),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 1 if shares_ports(s) else 0),  # --workers
-                # connection limits, keepalive, idle and age (service/net/limits.py)
-                *grpc_server_options(s),
-            ]
-        )
-        address = f"{s.host}:{s.grpc_port}"
-        if s.grpc_port:  # find a taken port here: grpc would log its own error lines first
-            reason = _bind_reason(s.host, s.grpc_port, shares_ports(s))
-            if reason:
-                raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
-        try:
-            if self.tls is not None:
-                self.grpc_port = server.add_secure_port(address, self.tls.grpc_credentials())
-            else:
-                self.grpc_port = server.add_insecure_port(address)
-        except RuntimeError:
-            self.grpc_port = 0
-        if not self.grpc_port:
-            reason = (
-                _bind_reason(s.host, s.grpc_port, shares_ports(s)) or "the port could not be bound"
-            )
-            raise StartupError(f"grpc_port: cannot listen on {address} ({reason})")
-        self.cards = self._cards(agent)
-        self.api = A2AApi(
-            self.engine,
-            self.cards,
-            push_notifications=s.push_notifications,
-            push=self.push,
-            inputs=policy_from_settings(
-                s,
-                self.cards.public_card(),
-                StoreContextLookup(self.engine),
-                # every tenant's stored files too: no file:// part may read them
-                denied=[s.data_dir, str(blobs.root), *secret_files(s)],
-            ),
-            streams=Slots(
-                0,
-                s.max_streams_per_principal,
-                ("max_streams_per_principal", "max_streams_per_principal"),
-                "streams",
-            ),
-        )
-        assert self.pipeline is not None
-        add_servicer(
-            make_servicer(self.api, self.pipeline, CallLimit(s.grpc_max_concurrent_calls)), server
-        )
-        self.health = HealthServicer()
-        add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
-        _enable_reflection(
-            server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
-        )
-        with _setting("grpc_port"):
-            await server.start()
-        self.grpc_server = server
-        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
-        self._start_housekeeping(agent, blobs)
-        if is_shared(s.store_url) and not s.file_artifact_dir:  # said once all else is up
-            log.warning(
-                "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
-                "host only, and a replica on another host answers 404 for them. Set "
-                "file_artifact_dir to a directory every replica mounts (README: Scale-out).",
-                blobs.root,
-            )
-        log.info(
-            "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
-            s.host,
-            self.grpc_port,
-            _safe_store(s.store_url),
-            s.agent,
-            _security_note(self.auth, self.tls),
-        )
+        return app
 
     def _http_base(self) -> str:
         """The base URL clients reach the HTTP gateway at ('' when there is none)."""
@@ -553,27 +431,7 @@ class Service:
         scheme = "https" if self.tls is not None else "http"
         return f"{scheme}://{_url_host(s.host)}:{self.http_port}"
 
-    def _file_artifacts(self, blobs: LocalBlobStore) -> FileArtifacts:
-        s = self.settings
-        return FileArtifacts(
-            blobs,
-            base_url=self._http_base(),
-            max_file_bytes=s.file_artifact_max_bytes,
-            max_turn_bytes=s.file_artifacts_max_bytes_per_turn,
-            local_urls=s.file_artifact_local_urls,
-        )
-
-    def _blob_store(self) -> LocalBlobStore:
-        """Where file artifacts' bytes go: file_artifact_dir, else DATA_DIR/files (with the
-        memory store, whose tasks end with the process, a temporary directory)."""
-        s = self.settings
-        if s.file_artifact_dir:
-            return LocalBlobStore(s.file_artifact_dir)
-        if s.store_url.startswith("memory:"):
-            return LocalBlobStore.temporary()
-        return LocalBlobStore(pathlib.Path(s.data_dir) / "files")
-
-    def _start_housekeeping(self, agent: Agent, blobs: LocalBlobStore) -> None:
+    def _housekeeping_jobs(self, agent: Agent, blobs: LocalBlobStore) -> None:
         """Retention (task_retention) and idle-context eviction (context_idle_timeout)."""
         s = self.settings
         assert self.store is not None and self.engine is not None and self.api is not None
@@ -601,7 +459,6 @@ class Service:
                     await evict_workdirs(idle, engine.active_contexts())
 
             self.housekeeping.add("idle context eviction", sweep_interval(idle), evict)
-        self.housekeeping.start()
 
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),
@@ -664,75 +521,33 @@ class Service:
             await self.health.set(name, status)
 
     async def stop(self) -> None:
-        """Drain, then stop (see the module docstring for the order)."""
+        """The drain (service/app/drain.py), then every part closed in reverse start order."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         self.serving = False
-        self.stop_phase = "stopping the readiness checks"
-        await self.readiness.stop()
-        self.stop_phase = "stopping housekeeping"
-        await self.housekeeping.stop()
-        if self.health is not None:
-            await self.health.enter_graceful_shutdown()  # every service name: NOT_SERVING
-        loop = asyncio.get_running_loop()
-        drain = self.settings.drain_seconds
-        deadline = loop.time() + drain
-        grace = min(self.settings.drain_grace_seconds, drain)
-        self.stop_phase = "draining"
-        if grace > 0 and self._started:
-            await asyncio.sleep(grace)  # load balancers see the health change; calls still served
-        self.gate.close()
-        while self._busy() and loop.time() < deadline:  # noqa: ASYNC110 - no event covers both servers
-            await asyncio.sleep(0.05)
-        if isinstance(self.invoker, GatedInvoker):  # proxy mode: the relayed streams
-            self.invoker.end_streams(UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1))
-        if self.engine is not None:
-            ended = self.engine.end_streams(
-                UnavailableError(STREAM_SHUTDOWN_MESSAGE, retry_after=1)
-            )
-            self.stop_phase = "stopping running turns"
-            stopped = await self.engine.shutdown()
-            if ended or stopped:
-                log.info(
-                    "shutdown: ended %d open stream(s); %d running task(s) stopped and marked FAILED",
-                    ended,
-                    stopped,
-                )
-        self.stop_phase = "writing the last answers"
-        flushing = []
-        if self.grpc_server is not None:
-            flushing.append(self.grpc_server.stop(RESPONSE_FLUSH_SECONDS))
-        if self.http is not None:
-            flushing.append(self.http.drain(RESPONSE_FLUSH_SECONDS))
-        await asyncio.gather(*flushing)
-        self.stop_phase = "closing the listeners"
-        if self.http is not None:
-            await self.http.stop()
-        if self.probes is not None:
-            await self.probes.stop()
-        if self.invoker is not None:
-            await self.invoker.close()
-        self.stop_phase = "stopping push delivery"
-        if self.push is not None:
-            await self.push.stop()
-        self.stop_phase = "leaving the cluster"
-        if self.peers is not None:
-            await self.peers.cluster.stop()  # survivors need not wait a lease for our tasks
-        self.stop_phase = "closing the bus"
-        if isinstance(self.bus, RedisBus):
-            await self.bus.close()
-        self.stop_phase = "closing the task store"
-        if self.store is not None:
-            await self.store.close()
-        if self.files is not None:
-            await self.files.close()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-        self.stop_phase = "flushing telemetry"
-        if self.telemetry is not None:  # last: what the drain did is exported too
-            await asyncio.to_thread(self.telemetry.shutdown)
-        self.ownership.release()
+        s = self.settings
+        draining = Draining(
+            drain_seconds=s.drain_seconds,
+            grace_seconds=s.drain_grace_seconds,
+            served=self._started,
+            readiness=self.readiness,
+            housekeeping=self.housekeeping,
+            gate=self.gate,
+            health=self.health,
+            engine=self.engine,
+            invoker=self.invoker,
+            grpc_server=self.grpc_server,
+            http=self.http,
+            phase=self._phase,
+        )
+        self._parts.push_async_callback(drain, draining)  # pushed last: it runs first
+        await self._parts.aclose()
+
+    def _phase(self, name: str) -> None:
+        self.stop_phase = name
+
+    def _said_stopped(self) -> None:
         if self._started:
             log.info("stopped")
 
@@ -740,12 +555,6 @@ class Service:
         """What is down among the parts every call needs, by name (a fresh readiness check)."""
         await self.readiness.refresh()
         return dict(self.readiness.failing)
-
-    def _busy(self) -> bool:
-        """Work a drain waits for: running turns, and HTTP requests in flight."""
-        if self.engine is not None and self.engine.busy():
-            return True
-        return self.http is not None and self.http.in_flight() > 0
 
 
 def _enable_reflection(server: grpc.aio.Server, service_names: tuple[str, ...]) -> None:
@@ -800,9 +609,11 @@ async def serve(settings: Settings) -> None:
     sys.stdout.flush()
     await stop.wait()
     limit = settings.drain_seconds + STOP_OVERRUN_SECONDS
-    try:
-        await asyncio.wait_for(service.stop(), limit)
-    except TimeoutError:
+    # Not cancelled when it overruns: a cancelled stack would go on closing the other parts
+    # (and move `stop_phase` past the step that is stuck) before the process could exit.
+    stopping = asyncio.ensure_future(service.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=limit)
+    if not done:
         # Waiting longer helps nobody (an orchestrator would KILL us anyway); what was
         # acknowledged is committed, a stuck close can only lose what was not.
         log.error(
@@ -812,6 +623,7 @@ async def serve(settings: Settings) -> None:
         )
         logging.shutdown()
         os._exit(1)
+    stopping.result()  # what stopping raised, if anything
     abandoned = len(service.engine.abandoned) if service.engine is not None else 0
     if abandoned:
         # Everything is committed and closed; the event loop's last step would wait for
