@@ -2,7 +2,7 @@
 
 Each event is framed as varint seq, varint length, then the serialized StreamResponse.
 A protobuf message (`repeated {seq, payload}`) would hold the same, but measured on
-this machine it encoded 2-2.5x slower and took a few bytes more per event (its own
+this machine it encoded 2.6-2.9x slower and took 4 bytes more per event (its own
 tags and the nested message's length; docs/benchmarks.md, "Event blob format"), and
 every stored database already holds this framing, so it stays.
 """
