@@ -23,16 +23,13 @@ from gen import a2a_pb2 as pb
 from service.protocol.timeutil import micros_to_timestamp, status_micros
 from service.store import open_store
 from service.store.base import Scope, StoredEvent, TaskQuery
+from service.store.event_blob import pack_events as _pack_events
+from service.store.event_blob import unpack_events as _unpack_events
 from service.store.memory import MemoryTaskStore
-from service.store.sqlite import (
-    _SCHEMA,
-    SCHEMA_VERSION,
-    SqliteTaskStore,
-    _pack_events,
-    _unpack_events,
-    count_query,
-    page_query,
-)
+from service.store.sqlite import SqliteTaskStore
+from service.store.sqlite_reads import count_query, page_query
+from service.store.sqlite_schema import _SCHEMA, SCHEMA_VERSION
+from service.store.sqlite_writes import SqliteWriter
 from tests.conftest import missing_part
 from tests.pg_util import create_database, drop_database
 
@@ -570,13 +567,13 @@ async def test_saves_survive_kill_9(tmp_path):
 
 async def test_concurrent_saves_all_commit(sqlite_store, monkeypatch):
     batches: list[int] = []
-    commit_batch = SqliteTaskStore._commit_batch
+    commit_batch = SqliteWriter._commit_batch
 
     def counting(self, conn, batch):
         batches.append(len(batch))
         return commit_batch(self, conn, batch)
 
-    monkeypatch.setattr(SqliteTaskStore, "_commit_batch", counting)
+    monkeypatch.setattr(SqliteWriter, "_commit_batch", counting)
     n = 500
     tasks = [make_task(f"t{i:03d}", context_id=f"c{i % 5}", us=i) for i in range(n)]
     await asyncio.gather(*(sqlite_store.save(A, t, [status_event(t, 1)]) for t in tasks))
@@ -685,8 +682,8 @@ async def test_commit_interval_groups_writes_and_close_commits_them(tmp_path):
 
 
 async def test_a_lock_held_too_long_fails_the_writes_not_the_store(sqlite_store, monkeypatch):
-    monkeypatch.setattr("service.store.sqlite._BUSY_TIMEOUT_S", 0.3)
-    monkeypatch.setattr("service.store.sqlite._MAX_BATCH", 1)
+    monkeypatch.setattr("service.store.sqlite_writes._BUSY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("service.store.sqlite_writes._MAX_BATCH", 1)
     raw = sqlite3.connect(sqlite_store._path, isolation_level=None)
     raw.execute("BEGIN IMMEDIATE")
     try:
@@ -743,11 +740,12 @@ STRACED_CHILD = textwrap.dedent(
     """
     import asyncio, sys, threading
     import service.store.sqlite as sq
+    import service.store.sqlite_checkpoint as cp
     from gen import a2a_pb2 as pb
     from service.store.base import Scope, StoredEvent
 
-    sq._CHECKPOINT_BYTES = 64 * 1024
-    sq._CHECKPOINT_CHECK_S = 0.0
+    cp._CHECKPOINT_BYTES = 64 * 1024
+    cp._CHECKPOINT_CHECK_S = 0.0
 
     async def main(path):
         store = sq.SqliteTaskStore(path)
@@ -798,8 +796,8 @@ async def test_the_event_loop_thread_never_syncs_to_disk(tmp_path):
 
 
 async def test_the_wal_is_checkpointed_and_starts_over(sqlite_store, monkeypatch):
-    monkeypatch.setattr("service.store.sqlite._CHECKPOINT_BYTES", 256 * 1024)
-    monkeypatch.setattr("service.store.sqlite._CHECKPOINT_CHECK_S", 0.0)
+    monkeypatch.setattr("service.store.sqlite_checkpoint._CHECKPOINT_BYTES", 256 * 1024)
+    monkeypatch.setattr("service.store.sqlite_checkpoint._CHECKPOINT_CHECK_S", 0.0)
     wal = sqlite_store._path + "-wal"
     blob = "x" * 4000
     largest = 0

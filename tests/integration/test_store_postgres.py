@@ -14,10 +14,11 @@ import pytest
 
 from gen import a2a_pb2 as pb
 from service.protocol.errors import UnavailableError
-from service.store import WriteConflict, is_shared, open_store, postgres, redact_url
+from service.store import WriteConflict, is_shared, open_store, pg_writes, redact_url
 from service.store.base import Scope, TaskQuery
+from service.store.pg_reads import count_query, page_query
 from service.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
-from service.store.postgres import PostgresTaskStore, count_query, page_query
+from service.store.postgres import PostgresTaskStore
 from tests.integration import test_store_contract as contract
 from tests.pg_util import cut_access, fresh_database, restore_access
 
@@ -121,13 +122,13 @@ async def test_two_writers_of_one_task_cannot_both_append(database):
 def count_batches(monkeypatch) -> list[int]:
     """The size of every batch the store commits from now on (one statement each)."""
     batches: list[int] = []
-    run_batch = postgres._run_batch
+    run_batch = pg_writes._run_batch
 
     async def counted(conn, batch):
         batches.append(len(batch))
         return await run_batch(conn, batch)
 
-    monkeypatch.setattr(postgres, "_run_batch", counted)
+    monkeypatch.setattr(pg_writes, "_run_batch", counted)
     return batches
 
 
@@ -178,13 +179,13 @@ async def test_independent_callers_share_a_paced_commit_and_a_lone_caller_does_n
     s = PostgresTaskStore(url)
     await s.open()
     waits: list[float | None] = []
-    on_write = s._pacer.on_write
+    on_write = s._writer.commits.pacer.on_write
 
     def recorded(now: float, pending: int, scheduled: bool) -> float | None:
         waits.append(on_write(now, pending, scheduled))
         return waits[-1]
 
-    monkeypatch.setattr(s._pacer, "on_write", recorded)
+    monkeypatch.setattr(s._writer.commits.pacer, "on_write", recorded)
     started = time.monotonic()
     try:
         for i in range(20):
@@ -290,3 +291,60 @@ async def test_an_unreachable_server_is_named_at_open():
     s = PostgresTaskStore("postgresql://postgres@127.0.0.1:1/none")
     with pytest.raises(RuntimeError, match="PostgreSQL unreachable"):
         await s.open()
+
+
+async def test_close_commits_the_writes_waiting_for_their_slot(database):
+    url, _ = database
+    s = PostgresTaskStore(url, commit_interval=60.0)
+    await s.open()
+    await s.save(A, make_task("first"), [])  # an idle store commits at once
+    second = asyncio.ensure_future(s.save(A, make_task("second"), []))
+    third = asyncio.ensure_future(s.save(A, make_task("third"), []))
+    await asyncio.sleep(0.2)
+    assert not second.done() and not third.done()  # they wait for the next commit slot
+    await asyncio.wait_for(s.close(), 10)  # which commits everything queued
+    assert second.done() and third.done()
+    assert second.exception() is None and third.exception() is None
+    again = PostgresTaskStore(url)
+    await again.open()
+    try:
+        stored = {t.id for t in (await again.list(A, TaskQuery())).tasks}
+        assert stored == {"first", "second", "third"}
+    finally:
+        await again.close()
+
+
+async def test_a_cancelled_close_fails_what_is_queued_and_the_store_reopens(database):
+    url, _ = database
+    s = PostgresTaskStore(url)
+    await s.open()
+    await s.save(A, make_task("held"), [])
+    blocker = await asyncpg.connect(url)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("SELECT 1 FROM a2a_tasks WHERE id = 'held' FOR UPDATE")
+        # On the wire and waiting for the row lock; the next write queues behind it.
+        on_the_wire = asyncio.ensure_future(s.save(A, make_task("held"), []))
+        await asyncio.sleep(0.2)
+        queued = asyncio.ensure_future(s.save(A, make_task("queued"), []))
+        await asyncio.sleep(0.05)
+        closing = asyncio.ensure_future(s.close())
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # it waits for the commit on the wire
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        with pytest.raises(RuntimeError, match="task store is closed"):
+            await asyncio.wait_for(queued, 5)
+        await tx.rollback()
+        await asyncio.wait_for(asyncio.gather(on_the_wire, return_exceptions=True), 10)
+    finally:
+        await blocker.close()
+    await s.open()
+    try:
+        await asyncio.wait_for(s.save(A, make_task("after"), []), 5)
+        assert (await s.get(A, "after")).id == "after"
+        assert await s.get(A, "queued") is None
+    finally:
+        await s.close()
