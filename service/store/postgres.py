@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 
@@ -29,18 +29,21 @@ from service.protocol.errors import UnavailableError
 from service.protocol.timeutil import status_micros
 from service.store import pg_reads as reads
 from service.store import pg_writes as writes
-from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
+from service.store.base import Scope, StoredEvent
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
 from service.store.pg_conn import CONNECTION_ERRORS, Connections, connect, describe
 from service.store.pg_schema import migrate
+from service.store.sql_reads import ReadQueries, SqlReads
 
 log = logging.getLogger(__name__)
 
 DEFAULT_POOL_SIZE = 8  # connections per process: one writer's batches plus concurrent reads
 
 
-class PostgresTaskStore:
+class PostgresTaskStore(SqlReads):
     """Both seams (`TaskStore`, `PushConfigStore`) on one PostgreSQL database."""
+
+    queries: ClassVar[ReadQueries] = reads  # run on a pooled connection (`_read`)
 
     def __init__(
         self,
@@ -180,47 +183,7 @@ class PostgresTaskStore:
                 log.error("task store: read failed: %s", describe(exc))
                 raise RuntimeError("task store unavailable") from None
 
-    async def get(self, scope: Scope, task_id: str) -> pb.Task | None:
-        found: pb.Task | None = await self._read(reads.r_get, scope, task_id)
-        return found
-
-    async def list(self, scope: Scope, query: TaskQuery) -> TaskPage:
-        page: TaskPage = await self._read(reads.r_list, scope, query)
-        return page
-
     async def get_with_seq(self, scope: Scope, task_id: str) -> tuple[pb.Task, int] | None:
         """The snapshot and its last event's sequence, from one row (see SnapshotReader)."""
         found: tuple[pb.Task, int] | None = await self._read(reads.r_get_with_seq, scope, task_id)
-        return found
-
-    async def events_after(
-        self, scope: Scope, task_id: str, seq: int
-    ) -> builtins.list[StoredEvent]:
-        found: builtins.list[StoredEvent] = await self._read(
-            reads.r_events_after, scope, task_id, seq
-        )
-        return found
-
-    async def last_seq(self, scope: Scope, task_id: str) -> int:
-        seq: int = await self._read(reads.r_last_seq, scope, task_id)
-        return seq
-
-    async def unsettled(self) -> builtins.list[tuple[Scope, pb.Task]]:
-        found: builtins.list[tuple[Scope, pb.Task]] = await self._read(reads.r_unsettled)
-        return found
-
-    async def get_push_config(
-        self, scope: Scope, task_id: str, config_id: str
-    ) -> pb.TaskPushNotificationConfig | None:
-        found: pb.TaskPushNotificationConfig | None = await self._read(
-            reads.r_get_config, scope, task_id, config_id
-        )
-        return found
-
-    async def list_push_configs(
-        self, scope: Scope, task_id: str, page_size: int, after_id: str | None
-    ) -> tuple[builtins.list[pb.TaskPushNotificationConfig], str | None]:
-        found: tuple[builtins.list[pb.TaskPushNotificationConfig], str | None] = await self._read(
-            reads.r_list_configs, scope, task_id, page_size, after_id
-        )
         return found

@@ -36,22 +36,25 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gen import a2a_pb2 as pb
 from service.protocol.timeutil import status_micros
 from service.store import sqlite_reads as reads
 from service.store import sqlite_writes as writes
-from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
+from service.store.base import Scope, StoredEvent
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
+from service.store.sql_reads import ReadQueries, SqlReads
 from service.store.sqlite_checkpoint import Checkpoints
 from service.store.sqlite_schema import connect, migrate, page_token_key, restart_wal
 
 log = logging.getLogger(__name__)
 
 
-class SqliteTaskStore:
+class SqliteTaskStore(SqlReads):
     """`TaskStore` on one SQLite file in WAL mode; see the module docstring."""
+
+    queries: ClassVar[ReadQueries] = reads  # run on the reader thread (`_read`)
 
     def __init__(self, path: str, commit_interval: float = DEFAULT_COMMIT_INTERVAL) -> None:
         self._path = path
@@ -204,43 +207,3 @@ class SqliteTaskStore:
         except sqlite3.Error:
             log.exception("task store: read %s failed", fn.__name__)
             raise writes.unavailable() from None
-
-    async def get(self, scope: Scope, task_id: str) -> pb.Task | None:
-        found: pb.Task | None = await self._read(reads.r_get, scope, task_id)
-        return found
-
-    async def list(self, scope: Scope, query: TaskQuery) -> TaskPage:
-        page: TaskPage = await self._read(reads.r_list, scope, query)
-        return page
-
-    async def events_after(
-        self, scope: Scope, task_id: str, seq: int
-    ) -> builtins.list[StoredEvent]:
-        found: builtins.list[StoredEvent] = await self._read(
-            reads.r_events_after, scope, task_id, seq
-        )
-        return found
-
-    async def last_seq(self, scope: Scope, task_id: str) -> int:
-        seq: int = await self._read(reads.r_last_seq, scope, task_id)
-        return seq
-
-    async def unsettled(self) -> builtins.list[tuple[Scope, pb.Task]]:
-        found: builtins.list[tuple[Scope, pb.Task]] = await self._read(reads.r_unsettled)
-        return found
-
-    async def get_push_config(
-        self, scope: Scope, task_id: str, config_id: str
-    ) -> pb.TaskPushNotificationConfig | None:
-        found: pb.TaskPushNotificationConfig | None = await self._read(
-            reads.r_get_config, scope, task_id, config_id
-        )
-        return found
-
-    async def list_push_configs(
-        self, scope: Scope, task_id: str, page_size: int, after_id: str | None
-    ) -> tuple[builtins.list[pb.TaskPushNotificationConfig], str | None]:
-        found: tuple[builtins.list[pb.TaskPushNotificationConfig], str | None] = await self._read(
-            reads.r_list_configs, scope, task_id, page_size, after_id
-        )
-        return found
