@@ -22,6 +22,7 @@ the same servicer the gRPC binding uses.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
@@ -80,7 +81,7 @@ def build_app(
     card_max_age: int = 60,
     keepalive_seconds: float = 15.0,
     max_body_bytes: int = MAX_BODY_BYTES,
-    jwks: dict | None = None,
+    jwks: dict[str, Any] | None = None,
     jwks_path: str = "",
     auth: Authenticator | None = None,
     forward_credentials: bool = False,

@@ -337,15 +337,15 @@ def quiet_aborted_uploads(app: Any) -> Any:
     """ASGI wrapper: a disconnect before the request body is complete ends the request
     without an error log (nothing can be answered anyway)."""
 
-    async def guarded(scope: dict, receive: Any, send: Any) -> None:
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
         body_done = False
 
-        async def receive_body() -> dict:
+        async def receive_body() -> dict[str, Any]:
             nonlocal body_done
-            message = await receive()
+            message: dict[str, Any] = await receive()
             kind = message["type"]
             if kind == "http.request":
                 if not message.get("more_body", False):

@@ -100,7 +100,8 @@ def _detail_json(detail: Message) -> dict[str, Any]:
 def _any_json(detail: Message) -> dict[str, Any]:
     packed = any_pb2.Any()
     packed.Pack(detail)
-    return json_format.MessageToDict(packed)
+    out: dict[str, Any] = json_format.MessageToDict(packed)
+    return out
 
 
 def rest_error_body(err: A2AError, http_status: int | None = None) -> dict[str, Any]:

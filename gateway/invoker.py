@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import grpc
 from google.protobuf import message_factory
@@ -79,10 +79,12 @@ class InProcessInvoker:
     async def stream(
         self, name: str, request: Message, call: CallContext
     ) -> NumberedEvents[Message]:
+        # A streaming RPC's handler returns its events (the handlers are typed for both kinds).
         tel = hub.current
         if tel is None:
-            return await self._handlers[name](request, call)
-        return await self._servicer_call(tel, name, request, call)  # the span: until it starts
+            return cast("NumberedEvents[Message]", await self._handlers[name](request, call))
+        events = await self._servicer_call(tel, name, request, call)  # the span: until it starts
+        return cast("NumberedEvents[Message]", events)
 
     async def _servicer_call(
         self, tel: hub.Telemetry, name: str, request: Message, call: CallContext
@@ -227,7 +229,10 @@ class GrpcInvoker:
         await self._channel.close()
 
     async def _relay(
-        self, rpc: grpc.aio.UnaryStreamCall, iterator: AsyncIterator[Message], first: asyncio.Future
+        self,
+        rpc: grpc.aio.UnaryStreamCall,
+        iterator: AsyncIterator[Message],
+        first: asyncio.Future[Message | None],
     ) -> AsyncGenerator[Message, None]:
         self._open.add(rpc)
         try:
@@ -273,4 +278,5 @@ class Unnumbered:
 
 
 def _serialize(message: Message) -> bytes:
-    return message.SerializeToString()
+    data: bytes = message.SerializeToString()  # protobuf is untyped here
+    return data

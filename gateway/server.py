@@ -81,7 +81,7 @@ class HttpServer:
             ) from None
         self.port: int = self.sock.getsockname()[1]
         self._server: _EmbeddedServer | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.guard: ConnectionGuard | None = None
         self._log_summaries: asyncio.TimerHandle | None = None
 

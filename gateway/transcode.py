@@ -69,9 +69,10 @@ _INT64_TYPES = frozenset(
 
 
 def _repeated(field: FieldDescriptor) -> bool:
-    return (
+    repeated: bool = (
         field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
     )
+    return repeated
 
 
 @cache
@@ -422,7 +423,7 @@ def _top_level_defaults(descriptor: Descriptor) -> tuple[tuple[str, Any], ...]:
 
 def to_json_dict(message: Message) -> dict[str, Any]:
     """ProtoJSON of a response message (top-level scalar fields always present)."""
-    out = json_format.MessageToDict(message)
+    out: dict[str, Any] = json_format.MessageToDict(message)
     for key, default in _top_level_defaults(message.DESCRIPTOR):
         if key not in out:
             out[key] = default

@@ -30,10 +30,8 @@ from service.protocol.errors import (
     invalid_field,
 )
 from service.protocol.files import SHA256_HEX
-from service.protocol.params import (  # noqa: F401 - CallContext: what every binding builds
-    CREDENTIAL_KEYS,
-    CallContext,
-)
+from service.protocol.params import CREDENTIAL_KEYS
+from service.protocol.params import CallContext as CallContext  # re-exported: bindings build it
 from service.protocol.validation import (
     check_history_length,
     check_id,

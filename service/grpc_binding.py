@@ -170,7 +170,8 @@ def make_servicer(
         for m in SERVICE.methods
     }
     cls = type("A2AServicer", (a2a_pb2_grpc.A2AServiceServicer,), methods)
-    return cls()
+    servicer: a2a_pb2_grpc.A2AServiceServicer = cls()  # type() builds an untyped class
+    return servicer
 
 
 # ----------------------------------------------------------------------------- registration

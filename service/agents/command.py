@@ -42,6 +42,7 @@ import signal
 import stat
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from google.protobuf import json_format
 
@@ -364,14 +365,18 @@ def _turn_message(ctx: TurnContext) -> pb.Message:
     started by the answer to a permission request of a lost turn, the caller's last message
     before it."""
     if ctx.resumed_decision is not None and ctx.task is not None:
+        message: pb.Message  # (protobuf's repeated fields are untyped)
         for message in reversed(ctx.task.history):
             if message.role == pb.ROLE_USER and not is_answer(message):
                 return message
     return ctx.message
 
 
-def _metadata(message: pb.Message) -> dict:
-    return json_format.MessageToDict(message.metadata) if message.HasField("metadata") else {}
+def _metadata(message: pb.Message) -> dict[str, Any]:
+    if not message.HasField("metadata"):
+        return {}
+    out: dict[str, Any] = json_format.MessageToDict(message.metadata)
+    return out
 
 
 def masked(text: str) -> str:

@@ -24,7 +24,7 @@ from service.app import config
 HELP = "list or replay push notifications that could not be delivered (the dead-letter store)"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "push-dead",
         help=HELP,

@@ -25,7 +25,9 @@ METADATA_EXTENSION = pb.AgentExtension(
 def skill_from(value: Any) -> pb.AgentSkill:
     if isinstance(value, pb.AgentSkill):
         return value
-    return json_format.ParseDict(value, pb.AgentSkill())
+    skill = pb.AgentSkill()
+    json_format.ParseDict(value, skill)  # fills skill in place
+    return skill
 
 
 class Cards(Protocol):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import mimetypes
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.agent import NAMESPACE, FileArtifactLimitError, metadata_struct
@@ -157,7 +158,7 @@ class FileArtifacts:
                 f"The file {name!r} would take this turn's files past "
                 f"{_size(self.max_turn_bytes)} (file_artifacts_max_bytes_per_turn)."
             ) from None
-        ours: dict = {BYTE_SIZE_KEY: blob.size, SHA256_KEY: blob.sha256}
+        ours: dict[str, Any] = {BYTE_SIZE_KEY: blob.size, SHA256_KEY: blob.sha256}
         if self.local_urls:
             ours[FILE_URL_KEY] = blob.path.resolve().as_uri()
         part = pb.Part(

@@ -331,7 +331,7 @@ class RedisBus:
                 for key in set(self._channels.values()):  # whatever came meanwhile is missed
                     self._local.publish(key, [RESYNC])
 
-    def _on_message(self, message: dict) -> None:
+    def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         channel = message.get("channel")
         if channel == self.control_channel(self._origin):

@@ -71,7 +71,7 @@ class TaskRun:
         self.key = task_key(scope, task_id)
         self.ready: asyncio.Future[None] | None = None  # set while the task is being loaded
         self.turn: asyncio.Future[pb.Message | None] | None = None  # result: direct reply or None
-        self.agent_task: asyncio.Task | None = None
+        self.agent_task: asyncio.Task[None] | None = None
         self.input_waiter: asyncio.Future[pb.Message] | None = None
         self.cancel_requested = False
         self.direct_reply: pb.Message | None = None
@@ -203,7 +203,7 @@ class TaskRun:
         self._queue(event)
 
     def status(
-        self, state: pb.TaskState, message: pb.Message | None, metadata: dict | None
+        self, state: pb.TaskState, message: pb.Message | None, metadata: dict[str, Any] | None
     ) -> None:
         self._check_open()
         if state in (pb.TASK_STATE_UNSPECIFIED, pb.TASK_STATE_SUBMITTED):
@@ -212,7 +212,7 @@ class TaskRun:
         self._set_status(state, message, metadata)
 
     def artifact(
-        self, artifact: pb.Artifact, append: bool, last_chunk: bool, metadata: dict | None
+        self, artifact: pb.Artifact, append: bool, last_chunk: bool, metadata: dict[str, Any] | None
     ) -> None:
         self._check_open()
         self.materialize()
@@ -309,7 +309,7 @@ class TaskRun:
             self._set_status(pb.TASK_STATE_WORKING, None, None)
 
     def _set_status(
-        self, state: pb.TaskState, message: pb.Message | None, metadata: dict | None
+        self, state: pb.TaskState, message: pb.Message | None, metadata: dict[str, Any] | None
     ) -> None:
         assert self.task is not None
         status = self.task.status
@@ -327,7 +327,9 @@ class TaskRun:
         if state in TERMINAL and hub.current is not None:
             hub.current.task_ended(state_name(state))
 
-    def _update_event(self, kind: str, metadata: dict | None) -> tuple[pb.StreamResponse, Any]:
+    def _update_event(
+        self, kind: str, metadata: dict[str, Any] | None
+    ) -> tuple[pb.StreamResponse, Any]:
         """A StreamResponse whose `kind` update names this task and carries `metadata`."""
         event = pb.StreamResponse()
         update = getattr(event, kind)

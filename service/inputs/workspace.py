@@ -34,7 +34,8 @@ from typing import Protocol
 from google.protobuf import struct_pb2
 
 from gen import a2a_pb2 as pb
-from service.agent import CWD_KEY, NAMESPACE, cwd_of  # noqa: F401 - cwd_of: for agents
+from service.agent import CWD_KEY, NAMESPACE
+from service.agent import cwd_of as cwd_of  # re-exported: for agents
 from service.protocol.errors import A2AError, invalid_field
 from service.protocol.ids import uuid7
 from service.store import Scope
@@ -82,7 +83,8 @@ def message_cwd(message: pb.Message) -> str | None:
         return None
     if value.WhichOneof("kind") != "string_value" or not value.string_value:
         raise invalid_field(CWD_FIELD, "must be a non-empty string (an absolute directory path)")
-    return value.string_value
+    cwd: str = value.string_value
+    return cwd
 
 
 def set_message_cwd(message: pb.Message, cwd: str) -> None:

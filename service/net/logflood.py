@@ -54,7 +54,8 @@ class FloodFilter(logging.Filter):
         self.window = window
         self.burst = burst
         self.clock = clock
-        self._kinds: OrderedDict[tuple, _Kind] = OrderedDict()
+        # (logger name, level, first line, exception type name)
+        self._kinds: OrderedDict[tuple[str, int, str, str], _Kind] = OrderedDict()
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -124,7 +124,7 @@ def default_prompt(tool_name: str, title: str, target: str) -> str:
 
 def permission_state(
     envelope: dict[str, Any], *, pending: bool, auto: bool, decision: str = ""
-) -> dict:
+) -> dict[str, Any]:
     """The `a2a_service.permission` value."""
     out: dict[str, Any] = {
         "autoApproved": auto and decision == ALLOW_ONCE,

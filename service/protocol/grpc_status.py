@@ -51,5 +51,6 @@ def retry_delay(err: grpc.aio.AioRpcError) -> float | None:
         if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             retry = error_details_pb2.RetryInfo()
             detail.Unpack(retry)
-            return retry.retry_delay.ToNanoseconds() / 1e9
+            nanos: int = retry.retry_delay.ToNanoseconds()
+            return nanos / 1e9
     return None

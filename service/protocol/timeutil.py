@@ -23,7 +23,8 @@ def micros_to_timestamp(
 
 
 def timestamp_micros(ts: timestamp_pb2.Timestamp) -> int:
-    return ts.seconds * 1_000_000 + ts.nanos // 1000
+    micros: int = ts.seconds * 1_000_000 + ts.nanos // 1000  # protobuf is untyped here
+    return micros
 
 
 def status_micros(task: pb.Task) -> int:

@@ -46,9 +46,10 @@ def _plan(descriptor: Descriptor) -> tuple[tuple[str, str, bool, bool, bool, boo
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
-    return (
+    repeated: bool = (
         field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
     )
+    return repeated
 
 
 def check_required(message: ProtoMessage, prefix: str = "") -> None:
@@ -91,9 +92,10 @@ def check_tenant(request: ProtoMessage) -> str:
 def check_history_length(request: ProtoMessage, field: str = "historyLength") -> int | None:
     if not request.HasField("history_length"):
         return None
-    if request.history_length < 0:
-        raise invalid_field(field, f"must not be negative (got {request.history_length})")
-    return request.history_length
+    length: int = request.history_length
+    if length < 0:
+        raise invalid_field(field, f"must not be negative (got {length})")
+    return length
 
 
 def check_message(message: pb.Message, prefix: str = "message") -> None:

@@ -53,7 +53,8 @@ class RetryPolicy:
 
     def delay(self, attempts: int, retry_after: float | None) -> float:
         """Backoff after `attempts` failed attempts: exponential, capped, half jittered."""
-        ceiling = min(self.cap, self.base * 2 ** max(0, attempts - 1))
+        # (int ** int is typed Any: a negative exponent would give a float)
+        ceiling: float = min(self.cap, self.base * 2 ** max(0, attempts - 1))
         delay = ceiling / 2 + random.uniform(0, ceiling / 2)
         return max(delay, retry_after) if retry_after is not None else delay
 
@@ -102,9 +103,9 @@ class DeliveryWorker:
         self.retry_policy = retry
         self.concurrency = concurrency
         self.host_concurrency = host_concurrency
-        self._active: set[asyncio.Task] = set()
+        self._active: set[asyncio.Task[None]] = set()
         self._per_host: dict[str, int] = {}  # slots in use per callback host
-        self._host_waiters: dict[str, collections.deque[asyncio.Future]] = {}
+        self._host_waiters: dict[str, collections.deque[asyncio.Future[None]]] = {}
         self._waiting = 0  # deliveries waiting for a host slot
         self._capacity = asyncio.Event()  # set when a delivery ends or starts waiting
         self._stopping = False
@@ -136,7 +137,7 @@ class DeliveryWorker:
                 self._active.add(task)
                 task.add_done_callback(self._done)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[None]) -> None:
         self._active.discard(task)
         self._capacity.set()
 

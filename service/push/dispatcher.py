@@ -76,7 +76,7 @@ class Dispatcher:
         self._stopping = False
         self._dirty: set[TaskKey] = set()  # poked before start
         self._hints: dict[TaskKey, list[StoredEvent]] = {}
-        self._running: dict[TaskKey, asyncio.Task] = {}
+        self._running: dict[TaskKey, asyncio.Task[None]] = {}
         self._again: set[TaskKey] = set()
         self._known: set[CursorKey] = set()  # cursors whose config is known to be stored
         self._later: set[asyncio.TimerHandle] = set()

@@ -87,7 +87,7 @@ class PushNotifications:
             concurrency=concurrency,
             host_concurrency=host_concurrency,
         )
-        self._worker_task: asyncio.Task | None = None
+        self._worker_task: asyncio.Task[None] | None = None
 
     @classmethod
     def from_settings(

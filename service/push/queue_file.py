@@ -67,7 +67,13 @@ def _sort_key(job: Job) -> tuple[int, str]:
     return job.seq, job.id
 
 
-def _settle(results: list[tuple[asyncio.Future | None, Any, BaseException | None]]) -> None:
+# A file operation's outcome: the future waiting for it (None: nobody waits), its value, its error.
+_Result = tuple[asyncio.Future[Any] | None, Any, BaseException | None]
+# A file operation for the I/O thread: fn(dirs, *args), and the future to settle (None: fire).
+_Op = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any] | None]
+
+
+def _settle(results: list[_Result]) -> None:
     for fut, value, exc in results:
         if fut is None:
             if exc is not None:
@@ -88,11 +94,11 @@ class _IoThread:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name="push-queue-io", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         fut = self._loop.create_future()
         self._q.put((fn, args, fut))
         return fut
@@ -114,7 +120,7 @@ class _IoThread:
                 except queue.Empty:
                     break
             dirs: set[pathlib.Path] = set()
-            results: list[tuple[asyncio.Future | None, Any, BaseException | None]] = []
+            results: list[_Result] = []
             for item in batch:
                 if item is None:
                     continue
@@ -135,7 +141,7 @@ class _IoThread:
 
 
 class FileQueue:
-    def __init__(self, root: str | os.PathLike, lease_seconds: float = 300.0) -> None:
+    def __init__(self, root: str | os.PathLike[str], lease_seconds: float = 300.0) -> None:
         self.root = pathlib.Path(root)
         self.lease_seconds = lease_seconds
         self.pending, self.inflight, self.dead_dir, self.incoming, self.cursor_dir, self.tmp = (

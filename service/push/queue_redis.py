@@ -224,7 +224,7 @@ class RedisQueue:
             }
         return self.redis
 
-    async def _run(self, name: str, keys: list[str], args: list) -> int:
+    async def _run(self, name: str, keys: list[str], args: list[str | int]) -> int:
         self.r  # noqa: B018 - connect lazily
         with redis_outage("push queue"):
             return int(await self._scripts[name](keys=keys, args=args))
@@ -269,7 +269,7 @@ class RedisQueue:
         else:
             cursor_args = ["", "", "", "", ""]
             cursor_keys = [f"{self.prefix}:none", self.cursor_index]
-        args: list = [*cursor_args, lane]
+        args: list[str | int] = [*cursor_args, lane]
         for job in jobs:
             args += [job.seq, job.to_json(), job.id]
         keys = [*cursor_keys, self.head, self._lane_key(lane), self.stream]
@@ -284,7 +284,7 @@ class RedisQueue:
         await self._run(
             "move_due", [self.retry_key, self.stream], [int(time.time() * 1000), max(limit, 100)]
         )
-        entries: list[tuple[str, dict | None]] = []
+        entries: list[_Entry] = []
         if self._own_pending is not None:
             got = await self.r.xreadgroup(
                 self.group, self.consumer, {self.stream: self._own_pending}, count=limit
@@ -422,7 +422,7 @@ class RedisQueue:
         )
 
 
-def _dead(eid: str, fields: dict) -> DeadJob:
+def _dead(eid: str, fields: dict[str, str]) -> DeadJob:
     return DeadJob(
         eid,
         Job.from_json(fields["job"]),

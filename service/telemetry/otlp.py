@@ -156,7 +156,7 @@ class SpanEncoder:
             head = self._keys[key] = _field(0x0A, key.encode("utf-8", "replace"))
         kind = type(value)
         if kind is str:
-            encoded = value.encode("utf-8", "replace")
+            encoded: bytes = value.encode("utf-8", "replace")
             n = len(encoded)
             if n < 0x7E:  # the AnyValue's and the value field's lengths fit one byte each
                 body = head + _SHORT_STR[n] + encoded

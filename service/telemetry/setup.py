@@ -213,7 +213,8 @@ def _root_sampler() -> RootSampler:
     sampler = _get_from_env_or_default()
 
     def sampled(trace_id: int, name: str) -> bool:
-        return sampler.should_sample(None, trace_id, name).decision.is_sampled()
+        decided: bool = sampler.should_sample(None, trace_id, name).decision.is_sampled()
+        return decided  # is_sampled is unannotated in the SDK
 
     return sampled
 
