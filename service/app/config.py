@@ -3,7 +3,7 @@
 Every key has one name. In a file it is written as is (`grpc_port = 50051`), in
 the environment as `A2A_` + upper case (`A2A_GRPC_PORT=50051`), on the command
 line as a flag (`--grpc-port 50051`). A bad value stops startup with a message
-that names the key and how to fix it.
+that names the key and how to fix it; a misspelt key gets the nearest known ones.
 """
 
 from __future__ import annotations
