@@ -16,6 +16,12 @@ Every flag can also be set as an environment variable (A2A_ + the flag name in u
 case with underscores, e.g. A2A_GRPC_PORT) or as a key in a TOML file given with --config.
 Flags win over the environment, which wins over the file."""
 
+SERVE_EPILOG = """Only the common keys have a flag above. Every key (the flags' too) can be set in the
+config file (--config FILE: `grpc_port = 50051`) or in the environment as A2A_<KEY>
+(A2A_GRPC_PORT=50051). Every key, its default and meaning: README "Configuration",
+or `python -m service config-reference`. An unknown key in the file stops startup with
+the nearest known ones; an unknown A2A_* variable is warned about and ignored."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -28,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the service",
         description=DESCRIPTION,
+        epilog=SERVE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
@@ -162,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(settings.log_level, settings.log_format)  # JSON lines unless on a terminal
     logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
+    if not workers.is_worker():  # the parent of --workers warns once, not each worker again
+        for warning in config.unknown_env():
+            logging.getLogger("service").warning("%s", warning)
     try:
         workers.check_workers(settings)
     except config.ConfigError as exc:

@@ -3,15 +3,17 @@
 Every key has one name. In a file it is written as is (`grpc_port = 50051`), in
 the environment as `A2A_` + upper case (`A2A_GRPC_PORT=50051`), on the command
 line as a flag (`--grpc-port 50051`). A bad value stops startup with a message
-that names the key and how to fix it.
+that names the key and how to fix it; a misspelt key gets the nearest known ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import pathlib
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
@@ -44,6 +46,22 @@ from service.telemetry.settings import TelemetrySettings, validate_telemetry
 
 ENV_PREFIX = "A2A_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+WHERE_KEYS_ARE = 'every key: README "Configuration", or `python -m service config-reference`'
+
+# `A2A_*` variables that are not settings but are read by something else of the project,
+# so `unknown_env` does not warn about them.
+OTHER_ENV = frozenset(
+    {
+        "A2A_OUTPUT_DIR",  # given to the command agent's program each turn
+        "A2A_WORKER_INDEX",  # set by `serve --workers N` in each worker
+        "A2A_CALL_BEARER",  # the a2a-call client's credentials
+        "A2A_CALL_API_KEY",
+        "A2A_CALL_BASIC",
+        "A2A_TEST_POSTGRES_URL",  # the test suite's
+        "A2A_FAULTS_LONG",
+        "A2A_FUZZ_EXAMPLES",
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -243,7 +261,8 @@ def load(
         for key, value in data.items():
             if key not in FIELDS:
                 raise ConfigError(
-                    f"config file {config_file!r}: unknown key {key!r}; known: {', '.join(FIELDS)}"
+                    f"config file {config_file!r}: unknown key {key!r}{_did_you_mean(near_keys(key))} "
+                    f"({WHERE_KEYS_ARE})"
                 )
             values[key] = _coerce(key, value, "config file")
     environ = os.environ if env is None else env
@@ -257,6 +276,35 @@ def load(
     settings = Settings(**values)
     validate(settings)
     return settings
+
+
+def _did_you_mean(names: list[str]) -> str:
+    return "; did you mean " + " or ".join(names) + "?" if names else ""
+
+
+def near_keys(key: str) -> list[str]:
+    """The known keys nearest to a misspelt one (none when nothing is close)."""
+    wanted = key.lower().removeprefix(ENV_PREFIX.lower())  # `GRPC_PORT`, `A2A_GRPC_PORT`
+    return difflib.get_close_matches(wanted, FIELDS, n=3, cutoff=0.75)
+
+
+def unknown_env(env: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per `A2A_*` variable that names no setting (a typo is otherwise silently
+    ignored), the nearest ones suggested. Only names are used: values may be secrets."""
+    environ = os.environ if env is None else env
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in OTHER_ENV:
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key in FIELDS:
+            continue
+        near = [ENV_PREFIX + k.upper() for k in near_keys(key)]
+        warnings.append(
+            f"environment: {name} is not a setting and is ignored{_did_you_mean(near)} "
+            f"({WHERE_KEYS_ARE})"
+        )
+    return warnings
 
 
 def validate_own(s: Settings) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from service.store.base import (
     PushConfigStore,
     Scope,
@@ -72,8 +74,9 @@ def is_shared(url: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """A store or bus URL without its credentials, for messages and logs."""
+    """A store or bus URL without its credentials (also a `password=` query parameter),
+    for messages and logs."""
     scheme, sep, rest = url.partition("://")
     if sep and "@" in rest:
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+        url = f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.IGNORECASE)

@@ -6,13 +6,18 @@ When PostgreSQL cannot be reached, calls fail at once with `UnavailableError`
 connections are dropped and re-made on later calls, at most one attempt per
 back-off step (0.1 s doubling to 5 s), so an outage neither hangs callers nor
 floods the server with connects. Details (host names, SQL) go to the log only at
-the operator's level.
+the operator's level. A login the server refuses (unknown role, wrong password,
+missing database) is named as that, with the user and host, not as an outage
+(`connect_failure`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import logging
+import os
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -55,6 +60,61 @@ def describe(exc: BaseException) -> str:
     """An exception for a log line or a startup error: its kind and message, no traceback."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def who(url: str) -> str:
+    """`user U at HOST:PORT, database D` of a store URL (asyncpg's defaults where it names
+    none), for messages: the user and host an operator must check, never the password."""
+    parts = urllib.parse.urlsplit(url)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    user = (
+        urllib.parse.unquote(parts.username or "")
+        or query.get("user")
+        or os.environ.get("PGUSER")
+        or getpass.getuser()
+    )
+    host = parts.netloc.rpartition("@")[2] or query.get("host") or os.environ.get("PGHOST")
+    database = urllib.parse.unquote(parts.path.lstrip("/")) or query.get("database") or user
+    return f"user {user} at {host or 'localhost'}, database {database}"
+
+
+def connect_failure(url: str, exc: BaseException) -> str:
+    """Why the first connection to PostgreSQL failed, named (a refused login is not an
+    outage) with what to check; user and host shown, never the password."""
+    text, where = _first_line(exc), who(url)
+    if isinstance(exc, asyncpg.InvalidPasswordError):
+        return (
+            f"PostgreSQL authentication failed ({where}): {text}; "
+            "check the password in the store URL (or PGPASSWORD, ~/.pgpass)"
+        )
+    if isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):
+        if "does not exist" in text:
+            return (
+                f"PostgreSQL has no such role ({where}): {text}; "
+                "create it (CREATE ROLE ... LOGIN) or fix the user in the store URL"
+            )
+        if "not permitted to log in" in text:
+            return f"PostgreSQL refused the login ({where}): {text}; ALTER ROLE ... LOGIN"
+        return f"PostgreSQL refused the login ({where}): {text}"  # e.g. no pg_hba.conf entry
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return (
+            f"PostgreSQL database missing ({where}): {text}; "
+            "create it (createdb) or fix the database in the store URL"
+        )
+    if isinstance(exc, asyncpg.InsufficientPrivilegeError):
+        return f"PostgreSQL refused the user ({where}): {text}; GRANT CONNECT ON DATABASE ..."
+    if isinstance(exc, asyncpg.TooManyConnectionsError):
+        return f"PostgreSQL has no free connection ({where}): {text}"
+    if isinstance(exc, (ValueError, asyncpg.ClientConfigurationError)):
+        return f"PostgreSQL store URL not usable ({where}): {describe(exc)}"
+    if isinstance(exc, asyncpg.PostgresError):  # the server answered: not an outage
+        return f"PostgreSQL refused the connection ({where}): {describe(exc)}"
+    return f"PostgreSQL unreachable ({where}): {describe(exc)}"
 
 
 async def connect(url: str) -> asyncpg.Connection:
@@ -122,7 +182,7 @@ class Connections:
         except Exception as exc:
             self._next_connect = loop.time() + self._backoff
             self._backoff = min(self._backoff * 2, _BACKOFF_S[1])
-            log.warning("task store: cannot reach PostgreSQL (%s)", describe(exc))
+            log.warning("task store: %s", connect_failure(self._url, exc))
             raise unreachable() from None
         if self._backoff > _BACKOFF_S[0]:
             log.info("task store: PostgreSQL reachable again")

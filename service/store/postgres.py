@@ -31,7 +31,13 @@ from service.store import pg_reads as reads
 from service.store import pg_writes as writes
 from service.store.base import Scope, StoredEvent
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
-from service.store.pg_conn import CONNECTION_ERRORS, Connections, connect, describe
+from service.store.pg_conn import (
+    CONNECTION_ERRORS,
+    Connections,
+    connect,
+    connect_failure,
+    describe,
+)
 from service.store.pg_schema import migrate
 from service.store.sql_reads import ReadQueries, SqlReads
 
@@ -71,7 +77,7 @@ class PostgresTaskStore(SqlReads):
             try:
                 first = await connect(self._url)
             except Exception as exc:
-                raise RuntimeError(f"PostgreSQL unreachable: {describe(exc)}") from None
+                raise RuntimeError(connect_failure(self._url, exc)) from None
             try:
                 await migrate(first)
                 await first.execute(

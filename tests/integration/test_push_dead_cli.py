@@ -97,3 +97,11 @@ def test_push_dead_list_names_the_redis_stream_without_credentials(tmp_path):
         prefix,
     )
     assert "hunter2-secret" not in out.stdout + out.stderr
+
+
+def test_push_dead_list_of_a_queue_that_never_dead_lettered_says_it_is_empty(tmp_path):
+    queue = tmp_path / "data" / "push-queue"
+    queue.mkdir(parents=True)  # a queue directory without dead/ yet
+    out = push_dead("list", "--data-dir", str(tmp_path / "data"))
+    assert out.returncode == 0 and out.stdout == ""
+    assert out.stderr.strip() == f"no dead push jobs in {queue} (local-file queue)"
