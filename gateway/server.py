@@ -6,7 +6,7 @@ install signal handlers here: the composition root owns SIGINT/SIGTERM and
 the drain order (health goes non-200, in-flight requests finish, then the
 listener closes).
 
-Connection limits (gateway.connguard, README "Connection limits"): the listening
+Connection limits (gateway.limits.connections, README "Connection limits"): the listening
 socket counts connections and refuses or evicts past the cap at accept time; the
 protocol is uvicorn's h11 one with header and body deadlines; the keep-alive
 timeout is uvicorn's.
@@ -23,8 +23,8 @@ from typing import Any
 
 import uvicorn
 
-from gateway.backoff import pause_after_refusals
-from gateway.connguard import (
+from gateway.limits.backoff import pause_after_refusals
+from gateway.limits.connections import (
     ConnectionGuard,
     GuardedListener,
     guarded_protocol,

@@ -16,7 +16,7 @@ then fail on both ports and the store and push queue fail with EMFILE. So:
   peers (also on connections without calls), an idle limit (a connection without
   calls is closed with GOAWAY; clients reconnect on their next call) and a maximum
   age with a grace period for the calls still running;
-- HTTP (gateway.connguard): the same cap, plus deadlines for headers and bodies and
+- HTTP (gateway.limits.connections): the same cap, plus deadlines for headers and bodies and
   the keep-alive timeout (`http_limits`).
 """
 

@@ -28,7 +28,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.connguard import BUSY_RESPONSE
+from gateway.limits.connections import BUSY_RESPONSE
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.app import config

@@ -1,4 +1,4 @@
-"""Back-pressure after a refusal on a real HTTP listener (gateway.backoff): the 429 with
+"""Back-pressure after a refusal on a real HTTP listener (gateway.limits.backoff): the 429 with
 Retry-After comes at once, the connection that got it is not read again until its pause
 is over, and meanwhile other connections and principals are served at once. Orderings
 only: which answer came first, never how long anything took."""

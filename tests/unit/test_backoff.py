@@ -1,4 +1,4 @@
-"""ConnectionBackoff (gateway.backoff): how long a connection is not read after a refusal.
+"""ConnectionBackoff (gateway.limits.backoff): how long a connection is not read after a refusal.
 The clock and the random factor are given, so the figures are exact."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gateway.backoff import (
+from gateway.limits.backoff import (
     BASE_PAUSE_SECONDS,
     MAX_PAUSE_SECONDS,
     STREAK_SECONDS,

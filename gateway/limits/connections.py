@@ -14,7 +14,7 @@
   `408` and close). A timer exists only while something is awaited: one per
   connection until its first headers, none for a request that arrives whole.
 - **Back-pressure after a refusal.** A connection answered `429` + `Retry-After` is not
-  read again until the hint has passed (gateway.backoff): the protocol keeps its
+  read again until the hint has passed (gateway.limits.backoff): the protocol keeps its
   `ConnectionBackoff`, hands it to each request in the ASGI scope, and pauses reading
   when the refusal is complete.
 - **Aborted uploads.** A client that disconnects before its request body is complete
@@ -35,7 +35,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from gateway.backoff import EXTENSION, ConnectionBackoff
+from gateway.limits.backoff import EXTENSION, ConnectionBackoff
 
 log = logging.getLogger("gateway.connections")
 
@@ -75,7 +75,7 @@ class ConnectionGuard:
         self.refused = 0
         self.evicted = 0
         self.timed_out = 0
-        self.backed_off = 0  # connections paused after a refusal (gateway.backoff)
+        self.backed_off = 0  # connections paused after a refusal (gateway.limits.backoff)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
