@@ -86,7 +86,7 @@ def _prepare(block: str, grpc_port: int, http_port: int, probe_port: int) -> str
     return "\n".join(lines) + "\n"
 
 
-def _run(script: str, cwd, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run(script: str, cwd, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # Output goes to files: a server left in the background keeps pipes open.
     with open(cwd / "stdout", "w+") as out, open(cwd / "stderr", "w+") as err:
         proc = subprocess.Popen(
