@@ -65,8 +65,8 @@ lint: setup tools  ## buf lint the proto, ruff check the Python
 gen: setup  ## regenerate the gRPC code under gen/ from proto/
 	$(PY) proto/codegen.py
 
-config-reference: setup  ## regenerate the README's configuration tables from the settings sections
-	$(PY) -m service config-reference --write README.md
+config-reference: setup  ## regenerate the configuration tables of docs/configuration.md from the settings sections
+	$(PY) -m service config-reference --write docs/configuration.md
 
 bench: setup bench-tools  ## run the benchmarks (tests/bench/run.py)
 	$(PY) tests/bench/run.py

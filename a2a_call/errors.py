@@ -16,7 +16,7 @@ from a2a_call.safe import printable, redact
 
 
 class Exit(enum.IntEnum):
-    """The documented exit codes (README "Command-line client")."""
+    """The documented exit codes (docs/client.md)."""
 
     COMPLETED = 0
     FAILED = 1

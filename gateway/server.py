@@ -6,7 +6,7 @@ install signal handlers here: the composition root owns SIGINT/SIGTERM and
 the drain order (health goes non-200, in-flight requests finish, then the
 listener closes).
 
-Connection limits (gateway.limits.connections, README "Connection limits"): the listening
+Connection limits (gateway.limits.connections, docs/operations.md): the listening
 socket counts connections and refuses or evicts past the cap at accept time; the
 protocol is uvicorn's h11 one with header and body deadlines; the keep-alive
 timeout is uvicorn's.

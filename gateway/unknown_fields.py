@@ -27,7 +27,7 @@ POLICIES = (IGNORE, REJECT)
 
 @dataclass
 class UnknownFieldSettings:
-    """Request JSON members that name no field (README "Configuration")."""
+    """Request JSON members that name no field ([Bindings: ProtoJSON](bindings.md#the-http-gateway-json-rpc-rest-agent-card))."""
 
     json_unknown_fields: str = setting(
         IGNORE,

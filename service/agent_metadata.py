@@ -9,8 +9,8 @@ token-like strings (bearer tokens, JWTs, well-known key prefixes, long random
 strings, private-key blocks, user:password@ in URLs) and local file paths. Sizes
 are bounded too (keys per object, items per list, nesting depth), so no agent can
 make one event large. The agent API (`TurnContext.tool_started` ...) builds its
-events here; the card advertises `EXTENSION_URI` (README "The a2a_service
-metadata namespace").
+events here; the card advertises `EXTENSION_URI` (docs/agents.md, "The
+a2a_service metadata namespace").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Back-pressure after a refusal on the HTTP listener (README "Limits and retention").
+"""Back-pressure after a refusal on the HTTP listener (docs/operations.md, "Limits and retention").
 
 A `429` with `Retry-After` (a per-caller limit: rate, turns, streams) goes out at once,
 but the connection that got it is not read again until the hint has passed (at most

@@ -1,4 +1,4 @@
-"""Connection limits of the HTTP listener (README "Connection limits").
+"""Connection limits of the HTTP listener (docs/operations.md, "Connection limits").
 
 - **Cap.** Connections are counted from accept() to close, TLS handshakes included.
   Past `max_connections`, the oldest connection that is waiting for a request (it

@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     card_cli.add_parser(sub)
     reference = sub.add_parser(
         "config-reference",
-        help="print the configuration reference (the README's key tables), from the settings",
+        help="print the configuration reference (docs/configuration.md's key tables), from the settings",
     )
     reference.add_argument(
         "--write", metavar="FILE", help="replace the tables between the markers in FILE instead"

@@ -99,7 +99,7 @@ class Settings(
     )
     store: str = setting(
         "",
-        "`sqlite:PATH`, `memory:` (tests and benchmarks; not durable), or `postgresql://USER[:PASSWORD]@HOST[:PORT]/DB` (shared by several processes, see [Scale-out](#scale-out)); query parameters of a PostgreSQL URL are server settings, e.g. `?search_path=a2a`",
+        "`sqlite:PATH`, `memory:` (tests and benchmarks; not durable), or `postgresql://USER[:PASSWORD]@HOST[:PORT]/DB` (shared by several processes, see [Scale-out](scale-out.md)); query parameters of a PostgreSQL URL are server settings, e.g. `?search_path=a2a`",
         shown="`sqlite:DATA_DIR/tasks.db`",
     )
     store_commit_interval_ms: float = setting(
@@ -121,7 +121,7 @@ class Settings(
         False,
         "the `command` agent asks permission (`toolName` `command`) before running "
         "its program each turn; `deny` ends the task `REJECTED` without running it (see "
-        '"Human in the loop")',
+        "[Human in the loop](human-in-the-loop.md))",
     )
     command_env: list[str] = setting(
         [],
@@ -165,7 +165,7 @@ class Settings(
     call_interceptors: list[str] = setting(
         [],
         "your own steps on every call, every binding: import paths `package.module:attr` of "
-        "interceptors (README: Call interceptors), run in order after the built-in checks",
+        "interceptors ([Writing an agent: call interceptors](agents.md#call-interceptors-your-own-step-on-every-call)), run in order after the built-in checks",
     )
     card_max_age: int = setting(
         60, "`Cache-Control: max-age` of the agent card", check=at_least(0, "must not be negative")

@@ -9,8 +9,8 @@ help, kept in the field's metadata):
 The help is required (a test fails on a field without one); `shown` is only for a
 default that needs words (`the agent's own`) — otherwise the field's own default is
 shown. The flag column comes from the command line's parser. `python -m service
-config-reference --write README.md` replaces the text between the markers; the unit
-test compares the README with `reference()`. A new key needs nothing but its field.
+config-reference --write docs/configuration.md` replaces the text between the markers; the
+unit test compares that file with `reference()`. A new key needs nothing but its field.
 """
 
 from __future__ import annotations

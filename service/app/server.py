@@ -286,7 +286,7 @@ class Service:
             log.warning(
                 "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
                 "host only, and a replica on another host answers 404 for them. Set "
-                "file_artifact_dir to a directory every replica mounts (README: Scale-out).",
+                "file_artifact_dir to a directory every replica mounts (docs/scale-out.md).",
                 blobs.root,
             )
         log.info(

@@ -6,7 +6,7 @@ they behave as one service through the shared store and bus (service.engine.clus
 The parent starts them, starts again one that ends on its own (a crash, a kill),
 passes SIGTERM/SIGINT on (each drains as a single server does) and exits with the
 worst status. Where SO_REUSEPORT is missing, run
-the replicas on separate ports behind a load balancer instead (README "Scale-out").
+the replicas on separate ports behind a load balancer instead (docs/scale-out.md).
 
 What stays local to a worker: its data directory (DATA_DIR/worker-I: workspaces of
 the command agent, the data-directory lock); everything shared lives in the store
@@ -49,7 +49,7 @@ def check_workers(s: Settings) -> None:
     if not hasattr(socket, "SO_REUSEPORT"):
         raise ConfigError(
             "workers: this system has no SO_REUSEPORT; run one process per port behind a"
-            " load balancer instead (README: Scale-out)"
+            " load balancer instead (docs/scale-out.md)"
         )
     if s.push_notifications and (s.push_queue != "redis-streams" or not s.push_secret_keys):
         raise ConfigError(

@@ -57,7 +57,7 @@ MAX_LEEWAY_SECONDS = 600.0
 
 @dataclass
 class SecuritySettings:
-    """Who may call (bearer tokens, Basic users, API keys, JWTs) and TLS (README "Security"). Secrets come from the config file, the environment or a *_file; there are no flags for them."""
+    """Who may call (bearer tokens, Basic users, API keys, JWTs) and TLS ([Security](security.md)). Secrets come from the config file, the environment or a *_file; there are no flags for them."""
 
     auth_bearer_tokens: list[str] = setting(
         [],
@@ -305,7 +305,7 @@ def startup_warnings(s: Exposure, auth: Authenticator | None, tls: TlsFiles | No
         return [
             f"AUTHENTICATION IS OFF and the service listens on {where}: anyone who can reach it can send "
             "messages to the agent and read every task." + extra + " Configure auth_bearer_tokens, "
-            "auth_basic_users, auth_api_keys or auth_jwt_* (README, Security), or listen on 127.0.0.1."
+            "auth_basic_users, auth_api_keys or auth_jwt_* (docs/security.md), or listen on 127.0.0.1."
         ]
     if tls is None:
         return [

@@ -131,7 +131,7 @@ def split_key_entry(entry: str) -> tuple[str, str]:
 
 @dataclass
 class SigningSettings:
-    """Agent card signing keys and where their public half is served (README "Agent card signing")."""
+    """Agent card signing keys and where their public half is served ([Security: agent card signing](security.md#agent-card-signing))."""
 
     card_signing_key_files: list[str] = setting(
         [],

@@ -40,11 +40,11 @@ AT_LEAST_1_BYTE = at_least(1, "must be at least {low} (bytes), got {value}")
 
 @dataclass
 class FileSettings:
-    """Stored file artifacts (README "Stored file artifacts")."""
+    """Stored file artifacts ([Writing an agent: stored file artifacts](agents.md#stored-file-artifacts))."""
 
     file_artifact_dir: str = setting(
         "",
-        'where stored file artifacts\' bytes are kept (with the `memory:` store: a temporary directory removed at shutdown). Several servers on one task store must share it. See "Stored file artifacts"',
+        "where stored file artifacts' bytes are kept (with the `memory:` store: a temporary directory removed at shutdown). Several servers on one task store must share it. See [Writing an agent: stored file artifacts](agents.md#stored-file-artifacts)",
         shown="`DATA_DIR/files`",
     )
     file_artifact_max_bytes: int = setting(

@@ -32,11 +32,11 @@ OFF_OR_UP_TO_30_DAYS = between(0, 30 * 86400, "must be between {low} (off) and {
 
 @dataclass
 class LimitSettings:
-    """Per-caller limits and stalled-turn timeouts (README "Limits and retention"). 0 = off."""
+    """Per-caller limits and stalled-turn timeouts ([Operations: limits and retention](operations.md#limits-and-retention)). 0 = off."""
 
     max_concurrent_turns: int = setting(
         0,
-        'agent turns at work at once, all callers together; past it a message is refused with `RESOURCE_EXHAUSTED` / `429` + `Retry-After`. A turn paused in `ctx.ask()` does not count. `0` = no limit (see "Limits and retention")',
+        "agent turns at work at once, all callers together; past it a message is refused with `RESOURCE_EXHAUSTED` / `429` + `Retry-After`. A turn paused in `ctx.ask()` does not count. `0` = no limit (see [Operations: limits and retention](operations.md#limits-and-retention))",
         check=NO_LIMIT_OR_MORE,
     )
     max_concurrent_turns_per_principal: int = setting(

@@ -36,7 +36,7 @@ PurgeHook = Callable[[list[tuple[Scope, str]]], Awaitable[None]]
 
 @dataclass
 class RetentionSettings:
-    """What is kept how long (README "Limits and retention"). Durations: a number of seconds,
+    """What is kept how long ([Operations: limits and retention](operations.md#limits-and-retention)). Durations: a number of seconds,
     or a number with s, m, h or d ("90s", "15m", "12h", "30d"); "" or 0 = kept forever."""
 
     task_retention: str = setting(

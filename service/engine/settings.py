@@ -22,7 +22,7 @@ def _bus_url(url: str) -> str | None:
 
 @dataclass
 class ClusterSettings:
-    """Several processes as one service (README "Scale-out")."""
+    """Several processes as one service ([Scale-out](scale-out.md))."""
 
     bus: str = setting(
         "",

@@ -321,7 +321,7 @@ class InputPolicy:
 
 @dataclass
 class InputSettings:
-    """Limits of what a message may carry, and where file:// parts and working directories may point (README "Input validation")."""
+    """Limits of what a message may carry, and where file:// parts and working directories may point ([Security: input validation](security.md#input-validation))."""
 
     max_request_bytes: int = setting(
         16 * 1024 * 1024,
@@ -360,9 +360,9 @@ class InputSettings:
         [],
         "the directories `file://` parts and message working directories may point into "
         "(comma list in `A2A_WORKSPACE_ROOTS`). Without any, both are refused: the "
-        "service is network-facing. Before, the default was the working directory and the"
-        " whole system temp directory; to get that back, list them "
-        "(`A2A_WORKSPACE_ROOTS=$PWD,/tmp`), better only the directories agents need",
+        "service is network-facing. To allow the working directory and the whole system temp"
+        " directory, list them (`A2A_WORKSPACE_ROOTS=$PWD,/tmp`); better, only the"
+        " directories agents need",
         shown="none",
     )
 

@@ -63,7 +63,7 @@ def raise_nofile_limit() -> tuple[int, int]:
 
 @dataclass
 class NetSettings:
-    """Connection limits of both listeners (README "Connection limits")."""
+    """Connection limits of both listeners ([Operations: connection limits](operations.md#connection-limits))."""
 
     grpc_max_concurrent_calls: int = setting(
         1000,
@@ -74,7 +74,7 @@ class NetSettings:
     )
     max_connections: int = setting(
         1000,
-        'open connections per listener (gRPC and HTTP each); lowered at startup, with a warning, to (RLIMIT_NOFILE − `fd_reserve`) ÷ listeners. See "Connection limits"',
+        "open connections per listener (gRPC and HTTP each); lowered at startup, with a warning, to (RLIMIT_NOFILE − `fd_reserve`) ÷ listeners. See [Operations: connection limits](operations.md#connection-limits)",
         check=at_least(1),
     )
     fd_reserve: int = setting(

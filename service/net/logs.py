@@ -182,7 +182,7 @@ def configure(level: str, log_format: str = "auto", stream: TextIO | None = None
 
 @dataclass
 class LogSettings:
-    """Log format and the access log (README "Logs")."""
+    """Log format and the access log ([Operations: logs](operations.md#logs))."""
 
     log_format: str = setting(
         "auto",

@@ -118,7 +118,7 @@ class Readiness:
 
 @dataclass
 class ProbeSettings:
-    """Where the health probes are served besides the gateway (README "Deployment")."""
+    """Where the health probes are served besides the gateway ([Deployment](deployment.md))."""
 
     probe_port: int = setting(
         -1,

@@ -2,7 +2,7 @@
 
 Pure functions of a stored task and a message: whichever process holds the task can
 validate an answer (nothing lives only in the memory of the process that asked). The
-shapes are documented in README "Human in the loop":
+shapes are documented in docs/human-in-the-loop.md:
 
 - the request envelope (`a2a_service.input`), kept in the task's own metadata while the
   decision is pending, and sent in the INPUT_REQUIRED status update's metadata;

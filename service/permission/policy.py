@@ -18,7 +18,7 @@ RULE_ACTIONS = {"allow": ALLOW_ONCE, "deny": DENY, "ask": ""}
 
 @dataclass
 class PermissionSettings:
-    """How permission requests are decided (README "Human in the loop")."""
+    """How permission requests are decided ([Human in the loop](human-in-the-loop.md))."""
 
     permission_mode: str = setting(
         "ask",

@@ -18,14 +18,14 @@ KEY_HINT = (
 
 @dataclass
 class PushSettings:
-    """Push notifications: delivery queue, SSRF exceptions, sealing keys, retries (README "Push notifications")."""
+    """Push notifications: delivery queue, SSRF exceptions, sealing keys, retries ([Push notifications](push-notifications.md))."""
 
     push_notifications: bool = setting(
         False, "enables push notification configs (`capabilities.pushNotifications`)"
     )
     push_queue: str = setting(
         "local-file",
-        'where delivery jobs wait: `local-file` (DATA_DIR/push-queue) or `redis-streams` (see "Push notifications")',
+        "where delivery jobs wait: `local-file` (DATA_DIR/push-queue) or `redis-streams` (see [Push notifications](push-notifications.md))",
         check=one_of(QUEUES, " or ".join(QUEUES)),
     )
     push_allow_hosts: list[str] = setting(

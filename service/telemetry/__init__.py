@@ -1,6 +1,6 @@
 """Telemetry: OpenTelemetry traces and metrics of the service, off by default.
 
-    names.py     every span name, attribute and metric, spelled once (the README's list)
+    names.py     every span name, attribute and metric, spelled once (docs/operations.md lists them)
     settings.py  the `telemetry`, `otlp_*` and `metrics_*` configuration keys
     hub.py       the hot path every layer calls: `hub.current` (None = off), server calls,
                  agent turns, counts; `count_refusal` and `count_auth_failure`

@@ -1,6 +1,6 @@
 """Every span name, attribute key and metric the service emits, spelled once.
 
-The README's metric list is checked against `METRICS` (tests/unit/test_telemetry.py).
+The metric list of docs/operations.md is checked against `METRICS` (tests/unit/test_telemetry.py).
 Where OpenTelemetry's semantic conventions name a thing (RPC and HTTP server
 durations, their attributes), their name is used; the rest is under `a2a.`.
 """

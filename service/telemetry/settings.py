@@ -1,4 +1,4 @@
-"""The telemetry section of the configuration (README "Observability").
+"""The telemetry section of the configuration (docs/operations.md, "Observability").
 
 `telemetry`: `none` (default; nothing is recorded and no SDK object is made),
 `console` (spans and metrics printed to stdout, for trying it out) or `otlp`.
@@ -21,11 +21,11 @@ PROTOCOLS = ("grpc", "http/protobuf")
 
 @dataclass
 class TelemetrySettings:
-    """OpenTelemetry traces and metrics (README "Observability")."""
+    """OpenTelemetry traces and metrics ([Operations: observability](operations.md#observability))."""
 
     telemetry: str = setting(
         "none",
-        '`none`, `console` (spans and metrics printed to stdout) or `otlp`: OpenTelemetry traces and metrics. See "Observability"',
+        "`none`, `console` (spans and metrics printed to stdout) or `otlp`: OpenTelemetry traces and metrics. See [Operations: observability](operations.md#observability)",
         check=one_of(MODES),
     )
     otlp_protocol: str = setting(

@@ -3,7 +3,7 @@ number of open connections per listener is capped (past it a waiting connection 
 evicted, else a fixed 503), gRPC closes silent and idle connections and caps its own,
 an aborted upload is no internal error, repeated errors are summarised in the log,
 and, in a child process with only 256 descriptors, hundreds of idle and slow sockets
-do not stop health checks, SendMessage or push delivery (README "Connection limits").
+do not stop health checks, SendMessage or push delivery (docs/operations.md, "Connection limits").
 
 Every wait is bounded; nothing asserts a duration."""
 

@@ -1,15 +1,19 @@
-"""The README's shell examples run as written, from a copy of the repository root's view.
+"""The shell examples of README.md and of every docs/*.md run as written, from a copy of the
+repository root's view.
 
-Every fenced block of the README is accounted for. Each ```sh block runs in bash (-e, -u,
+Every fenced block of those files is accounted for. Each ```sh block runs in bash (-e, -u,
 pipefail) in a directory of its own that holds a link to this checkout's `.venv`, so
 `.venv/bin/python` and `.venv/bin/grpcurl` resolve as they do for a reader at the
 repository root — unless the line just above it says `<!-- readme-test: not run: REASON
 -->` (an external part, or what CI itself runs), which the test requires to give a reason.
 The only changes made to a block: the documented ports (50051, 8080, and 8081 for the
-probes) become free ones, and after a line that starts a server in the background (`...
-serve &`) the test waits for its gRPC port, as a reader would wait for its first log line.
-Blocks that start no server talk to one this test starts. Blocks of other languages are
-not shell: Python must compile, JSON must parse; no other language may appear.
+probes; 50052 and 8082 for a server a block starts beside `make run`) become free ones,
+and after a line that starts a server in the background (`... serve ... &`) the test waits
+for its gRPC port, as a reader would wait for its first log line. Blocks that start no
+server talk to one this test starts. Blocks of other languages are not shell: Python must
+compile, JSON must parse; no other language may appear. A block that starts a server gives
+it a data directory of its own, and no block leaves a file in the working directory it ran
+in: the examples write into temporary directories, never into the reader's checkout.
 """
 
 from __future__ import annotations
@@ -26,14 +30,31 @@ import tomllib
 import pytest
 
 from tests.process import ROOT, ServerProcess, free_port, shows_traceback
-from tests.security_util import make_pki
 
-README = (ROOT / "README.md").read_text()
-FENCES = re.findall(
-    r"(?:^<!-- readme-test: not run: (.*?) -->\n)?^```(\w*)\n(.*?)^```", README, flags=re.S | re.M
-)
-NOT_RUN = [(reason, body) for reason, lang, body in FENCES if lang == "sh" and reason]
-BLOCKS = [body for reason, lang, body in FENCES if lang == "sh" and not reason]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEXTS = {path.relative_to(ROOT).as_posix(): path.read_text() for path in DOCS}
+
+
+def fences(text: str) -> list[tuple[str, str, str]]:
+    """(not-run reason or "", language, body) of every fenced block of `text`."""
+    return re.findall(
+        r"(?:^<!-- readme-test: not run: (.*?) -->\n)?^```(\w*)\n(.*?)^```", text, flags=re.S | re.M
+    )
+
+
+FENCES = {name: fences(text) for name, text in TEXTS.items()}
+NOT_RUN = [
+    (reason, body)
+    for found in FENCES.values()
+    for reason, lang, body in found
+    if lang == "sh" and reason
+]
+BLOCKS = [
+    (name, body)
+    for name, found in FENCES.items()
+    for reason, lang, body in found
+    if lang == "sh" and not reason
+]
 
 
 def _wait_for(port: int) -> str:
@@ -52,6 +73,10 @@ def _prepare(block: str, grpc_port: int, http_port: int, probe_port: int) -> str
         .replace("localhost:8080", f"localhost:{http_port}")
         .replace("localhost:8081", f"localhost:{probe_port}")
         .replace("A2A_PROBE_PORT=8081", f"A2A_PROBE_PORT={probe_port}")
+        .replace("localhost:50052", f"localhost:{grpc_port}")
+        .replace("localhost:8082", f"localhost:{http_port}")
+        .replace("--grpc-port 50052", f"--grpc-port {grpc_port}")
+        .replace("--http-port 8082", f"--http-port {http_port}")
     )
     lines = []
     for line in script.splitlines():
@@ -61,7 +86,7 @@ def _prepare(block: str, grpc_port: int, http_port: int, probe_port: int) -> str
     return "\n".join(lines) + "\n"
 
 
-def _run(script: str, cwd, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run(script: str, cwd, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # Output goes to files: a server left in the background keeps pipes open.
     with open(cwd / "stdout", "w+") as out, open(cwd / "stderr", "w+") as err:
         proc = subprocess.Popen(
@@ -99,46 +124,69 @@ def _end_group(pgid: int) -> None:
             time.sleep(0.05)
 
 
-def test_every_block_is_run_or_says_why_not():
-    languages = {lang for _, lang, _ in FENCES}
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_every_block_is_run_or_says_why_not(name):
+    text, found = TEXTS[name], FENCES[name]
+    languages = {lang for _, lang, _ in found}
     allowed = {"sh", "python", "json", "yaml", "toml", "text"}
     assert languages <= allowed, languages  # no unmarked shell
-    assert README.count("```") == 2 * len(FENCES)  # every fence was found
-    assert len(BLOCKS) >= 8
-    for reason, block in NOT_RUN:
-        assert len(reason.split()) >= 5, f"say why this block is not run:\n{block}"
-    for reason, lang, body in FENCES:  # a transcript shows commands: say why it is not run
+    assert text.count("```") == 2 * len(found)  # every fence was found
+    for reason, lang, body in found:
+        if lang == "sh" and reason:
+            assert len(reason.split()) >= 5, f"say why this block is not run:\n{body}"
+    for reason, lang, body in found:  # a transcript shows commands: say why it is not run
         if lang == "text" and any(line.startswith("$ ") for line in body.splitlines()):
             assert reason and len(reason.split()) >= 5, f"say why this is not run:\n{body}"
-    for _, lang, body in FENCES:
+    for _, lang, body in found:
         if lang == "python":
             try:
-                compile(body, "README.md", "exec")
+                compile(body, name, "exec")
             except SyntaxError:  # an agent snippet: the body of `async def run(self, ctx)`
-                compile(
-                    "async def run(ctx):\n" + textwrap.indent(body, "    "), "README.md", "exec"
-                )
+                compile("async def run(ctx):\n" + textwrap.indent(body, "    "), name, "exec")
         elif lang == "json":
             json.loads(body)
         elif lang == "toml":
             tomllib.loads(body)  # a config file example parses
 
 
-def test_the_readme_has_runnable_examples():
-    for block in BLOCKS:
+def test_the_docs_have_runnable_examples():
+    assert len(BLOCKS) >= 8
+    assert any(name == "README.md" for name, _ in BLOCKS)  # the first calls run
+    assert NOT_RUN  # and the markers are read
+
+
+def test_the_blocks_use_the_checkouts_tools():
+    for _, block in BLOCKS:
         assert "python -m" not in block.replace(".venv/bin/python -m", ""), block
         assert not re.search(r"(^|[\s|])grpcurl ", block.replace(".venv/bin/grpcurl ", "")), block
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[b.splitlines()[0][:40] for b in BLOCKS])
+def test_a_block_that_starts_a_server_gives_it_its_own_data_dir():
+    """So it runs beside `make run`, which holds the lock on ./data."""
+    for _, block in BLOCKS:
+        for line in block.splitlines():
+            if re.search(r"\bserve\b.*&\s*$", line):
+                assert "--data-dir" in line, line
+                assert "--grpc-port 50052" in line and "--http-port 8082" in line, line
+
+
+@pytest.mark.parametrize(
+    "index",
+    range(len(BLOCKS)),
+    ids=[f"{name}:{body.splitlines()[0][:40]}" for name, body in BLOCKS],
+)
 def test_readme_block_runs(index, tmp_path):
-    block = BLOCKS[index]
+    name, block = BLOCKS[index]
     work = tmp_path / "work"
     work.mkdir()
     (work / ".venv").symlink_to(ROOT / ".venv")
-    if "ca.pem" in block:
-        make_pki(work)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "A2A_DRAIN_GRACE_SECONDS": "0"}
+    (tmp_path / "tmp").mkdir()  # the block's mktemp files and directories go with tmp_path
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "A2A_DRAIN_GRACE_SECONDS": "0",
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
     starts_server = re.search(r"\bserve\b.*&\s*$", block, flags=re.M) is not None
     grpc_port, http_port, probe_port = free_port(), free_port(), free_port()
     server = None
@@ -160,7 +208,7 @@ def test_readme_block_runs(index, tmp_path):
         if server is not None:
             assert server.stop() == 0
     assert result.returncode == 0, (
-        f"block failed:\n{block}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        f"block of {name} failed:\n{block}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
     assert not shows_traceback(result.stdout + result.stderr)
     if "card verify" in block:
@@ -169,5 +217,10 @@ def test_readme_block_runs(index, tmp_path):
         assert "TASK_STATE_COMPLETED" in result.stdout, result.stdout
     if "/health/ready" in block:
         assert '{"status":"ready"}' in result.stdout and '"SERVING"' in result.stdout
+    if "a2a-call --approve" in block:
+        assert " completed" in result.stdout, result.stdout
     if "service.access" in block:
         assert '"method": "ListTasks"' in result.stdout, result.stdout
+    left = sorted(p.name for p in work.iterdir())
+    expected = {".venv", "stderr", "stdout"} | ({"data"} if server else set())
+    assert set(left) == expected, f"the block left files in the checkout: {left}"

@@ -1,5 +1,5 @@
-"""The README's configuration tables are the generator's output (`make config-reference`),
-every key has help text, and the flag column is the command line's."""
+"""The configuration tables of docs/configuration.md are the generator's output (`make
+config-reference`), every key has help text, and the flag column is the command line's."""
 
 from __future__ import annotations
 
@@ -10,13 +10,20 @@ from service.app.cli import setting_flags
 from tests.process import ROOT
 
 
-def test_the_readme_tables_are_generated_from_the_settings():
-    readme = (ROOT / "README.md").read_text()
+def test_the_reference_tables_are_generated_from_the_settings():
+    reference = (ROOT / "docs" / "configuration.md").read_text()
     expected = config_doc.reference(setting_flags())
-    assert expected in readme, (
-        "README.md's configuration tables differ from the settings sections: run "
-        "`make config-reference` (python -m service config-reference --write README.md)"
+    assert expected in reference, (
+        "docs/configuration.md's configuration tables differ from the settings sections: run "
+        "`make config-reference` (python -m service config-reference --write "
+        "docs/configuration.md)"
     )
+
+
+def test_the_readme_links_the_reference_and_holds_no_copy():
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/configuration.md)" in readme
+    assert config_doc.BEGIN not in readme and "| `grpc_port` |" not in readme
 
 
 def test_every_key_has_help_and_appears_once():

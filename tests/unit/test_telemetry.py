@@ -1,5 +1,5 @@
 """Telemetry without a server: the hand-written OTLP encoding equals the SDK's, the off switch
-leaves nothing installed, the settings are checked, and the README lists every metric."""
+leaves nothing installed, the settings are checked, and docs/operations.md lists every metric."""
 
 from __future__ import annotations
 
@@ -133,9 +133,9 @@ def test_bad_settings_name_the_key(values, message):
         validate_telemetry(TelemetrySettings(**values))
 
 
-def test_the_readme_lists_every_metric_with_its_prometheus_name():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Metrics", 1)[1].split("\n## ", 1)[0]
+def test_the_operations_doc_lists_every_metric_with_its_prometheus_name():
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    section = doc.split("### Metrics", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `([a-z0-9_.]+)` \| `([a-z0-9_]+)`", section, re.M))
     assert listed == {(m.name, m.prometheus) for m in names.METRICS}
 
