@@ -47,7 +47,7 @@ from service.auth import Authenticator
 from service.calls.admission import DOWNLOAD
 from service.calls.pipeline import Pipeline
 from service.engine.limits import RateLimiter
-from service.net.readiness import Readiness
+from service.ops.readiness import Readiness
 from service.protocol.errors import A2AError
 from service.protocol.files import FILES_ROUTE, TENANT_FILES_ROUTE
 

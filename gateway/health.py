@@ -1,6 +1,6 @@
 """The probes: `/health` and `/health/live` (the process answers; 503 once the drain
 starts) and `/health/ready` (also 503 while a part every call needs is unreachable, see
-service.net.readiness). Public, JSON, never cached; also served alone on `probe_port`
+service.ops.readiness). Public, JSON, never cached; also served alone on `probe_port`
 (`probe_app`), plaintext, for probes that cannot present a client certificate."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.body import json_response
-from service.net.readiness import Readiness
+from service.ops.readiness import Readiness
 
 DRAINING = {"Retry-After": "1", "Cache-Control": "no-store"}
 FRESH = {"Cache-Control": "no-store"}

@@ -30,8 +30,8 @@ from gateway.limits.connections import (
     guarded_protocol,
     quiet_aborted_uploads,
 )
-from service.net import logflood
 from service.net.limits import HttpLimits, http_limits
+from service.ops import logflood
 
 log = logging.getLogger("gateway")
 
@@ -127,7 +127,7 @@ class HttpServer:
             await asyncio.sleep(0.005)
 
     def _summarise_logs(self) -> None:
-        """Every minute: the summaries of repeated log records (service.net.logflood)."""
+        """Every minute: the summaries of repeated log records (service.ops.logflood)."""
         logflood.flush()
         self._log_summaries = asyncio.get_running_loop().call_later(60, self._summarise_logs)
 

@@ -9,7 +9,7 @@ import pathlib
 import sys
 
 from service.app import card_cli, config, config_doc, push_cli, workers
-from service.net import logflood, logs
+from service.ops import logflood, logs
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
 Every flag can also be set as an environment variable (A2A_ + the flag name in upper

@@ -28,8 +28,8 @@ from service.engine.retention import RetentionSettings, validate_retention
 from service.engine.settings import ClusterSettings, validate_cluster
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
-from service.net.logs import LogSettings, validate_logs
-from service.net.readiness import ProbeSettings, validate_probes
+from service.ops.logs import LogSettings, validate_logs
+from service.ops.readiness import ProbeSettings, validate_probes
 from service.permission.policy import PermissionSettings, validate_permissions
 from service.push.settings import PushSettings, validate_push
 from service.setting import (

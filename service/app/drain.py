@@ -31,7 +31,7 @@ from gateway.invoker import GatedInvoker, Invoker
 from gateway.server import HttpServer
 from service.app.housekeeping import Housekeeping
 from service.engine.registry import Engine
-from service.net.readiness import Readiness
+from service.ops.readiness import Readiness
 from service.protocol.admission import Gate
 from service.protocol.errors import UnavailableError
 

@@ -40,7 +40,7 @@ from service.engine.redis_bus import RedisBus
 from service.engine.registry import Engine
 from service.engine.settings import ClusterSettings, open_bus, shares_ports
 from service.net.limits import grpc_server_options
-from service.net.readiness import Readiness
+from service.ops.readiness import Readiness
 from service.permission.policy import policy_from_settings as permission_policy
 from service.push import PushNotifications
 from service.store import Store, open_store, redact_url

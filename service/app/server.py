@@ -71,9 +71,9 @@ from service.engine.retention import (
 from service.grpc_binding import SERVICE, add_servicer, make_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
-from service.net import logs
 from service.net.limits import CallLimit, raise_nofile_limit
-from service.net.readiness import Readiness, from_health
+from service.ops import logs
+from service.ops.readiness import Readiness, from_health
 from service.protocol.admission import Gate
 from service.push import PushNotifications
 from service.push.dispatcher import ORPHAN_SECONDS

@@ -9,7 +9,7 @@ span current at the end (when one is valid), and the `ref` of an internal error.
 credential, a header, or a body.
 
 Refusals of authentication go to `service.access.unauthenticated`, which is
-flood-limited (service.net.logflood): a client guessing tokens writes a few lines per
+flood-limited (service.ops.logflood): a client guessing tokens writes a few lines per
 minute and a summary, not one line per guess.
 
 Off (`access_log = false`), or with the logger above INFO, no line is written.

@@ -33,7 +33,7 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.app import config
 from service.net import limits as netlimits
-from service.net.logflood import FloodFilter
+from service.ops.logflood import FloodFilter
 from tests.conftest import user_message
 from tests.process import ROOT, free_port, shows_traceback
 from tests.push_util import Receiver, eventually

@@ -1,4 +1,4 @@
-"""Log records as JSON lines or text (service.net.logs), redaction, and the access line's
+"""Log records as JSON lines or text (service.ops.logs), redaction, and the access line's
 fields (service.calls.access) including the trace and span id of the current span."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from gen import a2a_pb2 as pb
 from service.app import config
 from service.calls import access
-from service.net import logs
-from service.net.logs import JsonFormatter, Redactor, TextFormatter
+from service.ops import logs
+from service.ops.logs import JsonFormatter, Redactor, TextFormatter
 
 
 def _record(msg: str, *args, exc: BaseException | None = None, **extra) -> logging.LogRecord:

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from service.app import config
-from service.net.readiness import Readiness
+from service.ops.readiness import Readiness
 
 
 async def test_checks_decide_readiness_and_changes_are_passed_on(caplog):

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from service.net.logs import REDACTOR
+from service.ops.logs import REDACTOR
 from service.setting import check_section, port, setting
 
 log = logging.getLogger("service.readiness")
