@@ -68,10 +68,10 @@ class TurnSink(Protocol):
 
     def materialize(self) -> None: ...
     def status(
-        self, state: pb.TaskState, message: pb.Message | None, metadata: dict | None
+        self, state: pb.TaskState, message: pb.Message | None, metadata: dict[str, Any] | None
     ) -> None: ...
     def artifact(
-        self, artifact: pb.Artifact, append: bool, last_chunk: bool, metadata: dict | None
+        self, artifact: pb.Artifact, append: bool, last_chunk: bool, metadata: dict[str, Any] | None
     ) -> None: ...
     def reply(self, message: pb.Message) -> None: ...
     async def flushed(self) -> None: ...
@@ -174,7 +174,10 @@ class TurnContext:
         return agent_message(content, self.task_id, self.context_id)
 
     async def working(
-        self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None
+        self,
+        content: PartsLike | pb.Message | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """Report progress (TASK_STATE_WORKING), optionally with an agent message."""
         self._sink.status(pb.TASK_STATE_WORKING, self._msg(content), metadata)
@@ -188,7 +191,7 @@ class TurnContext:
         description: str = "",
         append: bool = False,
         last_chunk: bool = False,
-        metadata: dict | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         """Emit an artifact or a chunk of one; returns the artifact id to append to.
         `content` may be a whole `pb.Artifact` (its own metadata and extensions kept; the
@@ -216,7 +219,7 @@ class TurnContext:
         name: str | None = None,
         description: str = "",
         artifact_id: str | None = None,
-        metadata: dict | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         """Store a file (bytes, a path, or a binary file object read to its end) and emit an
         artifact whose part is a `url` to download it, with `filename`, `mediaType` and the
@@ -250,13 +253,19 @@ class TurnContext:
         self._sink.status(pb.TASK_STATE_REJECTED, self._msg(content), None)
 
     async def require_input(
-        self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None
+        self,
+        content: PartsLike | pb.Message | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """End the turn waiting for the caller's next message (a new turn will handle it)."""
         self._sink.status(pb.TASK_STATE_INPUT_REQUIRED, self._msg(content), metadata)
 
     async def require_auth(
-        self, content: PartsLike | pb.Message | None = None, *, metadata: dict | None = None
+        self,
+        content: PartsLike | pb.Message | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self._sink.status(pb.TASK_STATE_AUTH_REQUIRED, self._msg(content), metadata)
 
@@ -271,7 +280,7 @@ class TurnContext:
         state: pb.TaskState,
         content: PartsLike | pb.Message | None = None,
         *,
-        metadata: dict | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """Move the task to `state` (any but SUBMITTED and UNSPECIFIED), optionally with an
         agent message: what the named methods above do, for code that holds a state value
@@ -285,7 +294,7 @@ class TurnContext:
         return self._sink.cancel_requested
 
     async def ask(
-        self, content: PartsLike | pb.Message, *, metadata: dict | None = None
+        self, content: PartsLike | pb.Message, *, metadata: dict[str, Any] | None = None
     ) -> pb.Message:
         """Pause mid-turn: the task goes INPUT_REQUIRED, the carrying request ends, and
         this call returns the caller's follow-up message when it arrives (on any binding)."""
@@ -476,7 +485,7 @@ def cwd_of(metadata: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def metadata_struct(metadata: dict | None) -> struct_pb2.Struct | None:
+def metadata_struct(metadata: dict[str, Any] | None) -> struct_pb2.Struct | None:
     if not metadata:
         return None
     s = struct_pb2.Struct()

@@ -111,7 +111,9 @@ def request_context_of(ctx: TurnContext) -> RequestContext:
     )
 
 
-def _metadata(event: pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent) -> dict | None:
+def _metadata(
+    event: pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent,
+) -> dict[str, Any] | None:
     return json_format.MessageToDict(event.metadata) if event.HasField("metadata") else None
 
 
