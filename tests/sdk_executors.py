@@ -8,6 +8,7 @@ server, to compare what a client sees.
   OutOfBandExecutor    AUTH_REQUIRED, stays running until released out of band, then completes
   RaisingExecutor      starts work, then raises (with a path and a secret in the message)
   SlowStreamExecutor   streams a chunk, then waits until cancelled; cancel() emits CANCELED
+  NoCancelExecutor     the same, but its cancel() raises UnsupportedOperationError
   ContextExecutor      an artifact describing what the RequestContext carried
 """
 
@@ -136,6 +137,14 @@ class SlowStreamExecutor(AgentExecutor):
         CANCELLED.append(context.task_id or "")
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         await updater.cancel(updater.new_agent_message([new_text_part("stopped on request")]))
+
+
+class NoCancelExecutor(SlowStreamExecutor):
+    """The samples' `cancel()` that refuses: raises UnsupportedOperationError."""
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        CANCELLED.append(context.task_id or "")
+        raise UnsupportedOperationError("cancel not supported")
 
 
 class ContextExecutor(AgentExecutor):

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from a2a.client import ClientCallContext, ClientConfig, create_client
 from a2a.types import a2a_pb2 as sdk
+from a2a.utils import errors as sdk_errors
 
 from tests import sdk_executors
 from tests.conftest import user_message
@@ -300,6 +301,28 @@ async def test_cancel_mid_stream_calls_the_executors_cancel(both):
             [],
             [("status", "TASK_STATE_CANCELED", "stopped on request")],
         )
+
+
+async def test_a_cancel_that_raises_still_cancels_here(both):
+    async with both("NoCancelExecutor") as (ours, theirs):
+        outcome = {}
+        for name, side in (("ours", ours), ("theirs", theirs)):
+            request = sdk.SendMessageRequest(
+                message=user_message("go"),
+                configuration=sdk.SendMessageConfiguration(return_immediately=True),
+            )
+            [event] = [e async for e in side.unary.send_message(request)]
+            task = event.task
+            await asyncio.sleep(0.1)  # the executor is streaming now
+            try:
+                canceled = await side.unary.cancel_task(sdk.CancelTaskRequest(id=task.id))
+                outcome[name] = sdk.TaskState.Name(canceled.status.state)
+            except sdk_errors.TaskNotCancelableError:
+                outcome[name] = "TaskNotCancelableError"
+            assert sdk_executors.CANCELLED[-1] == task.id  # its cancel() was called
+        # Here the caller's cancel stops the turn whatever cancel() says (the error is
+        # logged); a2a-sdk refuses the cancel.
+        assert outcome == {"ours": "TASK_STATE_CANCELED", "theirs": "TaskNotCancelableError"}
 
 
 @pytest.mark.parametrize("binding", ["GRPC"])
