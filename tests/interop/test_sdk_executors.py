@@ -348,3 +348,23 @@ async def test_request_context_carries_the_call(start_service, binding):
         assert "authorization" not in seen["headers"]
     finally:
         await ours.close()
+
+
+async def test_input_required_survives_a_restart(start_service):
+    """The in-bound workflow keeps nothing in the adapter: the follow-up after a restart
+    calls execute() again with the stored task."""
+    agent = "a2a_sdk:tests.sdk_executors:AskExecutor"
+    first = await start_service(http_port=0, agent=agent)
+    clients = await _clients(f"http://127.0.0.1:{first.http_port}", "GRPC")
+    task = (await send(clients.unary, user_message("hello"))).task
+    assert task.status.state == sdk.TASK_STATE_INPUT_REQUIRED
+    await clients.close()
+    await first.stop()
+    again = await start_service(http_port=0, agent=agent)  # the same data directory
+    clients = await _clients(f"http://127.0.0.1:{again.http_port}", "GRPC")
+    try:
+        done = (await send(clients.unary, user_message("Ada", task_id=task.id))).task
+        assert task_shape(done) == ("task", "TASK_STATE_COMPLETED", (("greeting", "Hello, Ada"),))
+        assert [text(m.parts) for m in done.history][:2] == ["hello", "What is your name?"]
+    finally:
+        await clients.close()
