@@ -10,6 +10,8 @@ fails with a sanitized message. CancelTask reaches the agent as
 
 Load one by import path: `package.module:attr`, where attr is an agent object,
 or a class / zero-argument factory that returns one. Built-ins: `echo`, `command`.
+An a2a-sdk `AgentExecutor` runs unchanged as `a2a_sdk:package.module:attr` (through
+`service.agents.a2a_sdk`, which needs the optional a2a-sdk package).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class Agent(Protocol):
 class TurnSink(Protocol):
     """What the engine offers a turn; TurnContext is the friendly face of it."""
 
+    cancel_requested: bool  # the caller canceled the task (CancelTask)
+
+    def materialize(self) -> None: ...
     def status(
         self, state: pb.TaskState, message: pb.Message | None, metadata: dict[str, Any] | None
     ) -> None: ...
@@ -91,6 +96,8 @@ class Caller:
     tenant: str = ""
     extensions: tuple[str, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
+    # The SendMessageRequest's own `metadata` (not the message's), as plain data.
+    request_metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def _add_parts(into: Any, content: PartsLike) -> None:
@@ -179,7 +186,7 @@ class TurnContext:
 
     async def artifact(
         self,
-        content: PartsLike,
+        content: PartsLike | pb.Artifact,
         *,
         artifact_id: str | None = None,
         name: str = "",
@@ -188,9 +195,20 @@ class TurnContext:
         last_chunk: bool = False,
         metadata: dict[str, Any] | None = None,
     ) -> str:
-        """Emit an artifact or a chunk of one; returns the artifact id to append to."""
-        art = pb.Artifact(artifact_id=artifact_id or uuid7(), name=name, description=description)
-        _add_parts(art.parts, content)
+        """Emit an artifact or a chunk of one; returns the artifact id to append to.
+        `content` may be a whole `pb.Artifact` (its own metadata and extensions kept; the
+        keyword arguments given override its id, name and description)."""
+        if isinstance(content, pb.Artifact):
+            art = pb.Artifact()
+            art.CopyFrom(content)
+            art.artifact_id = artifact_id or art.artifact_id or uuid7()
+            art.name = name or art.name
+            art.description = description or art.description
+        else:
+            art = pb.Artifact(
+                artifact_id=artifact_id or uuid7(), name=name, description=description
+            )
+            _add_parts(art.parts, content)
         self._sink.artifact(art, append, last_chunk, metadata)
         return art.artifact_id
 
@@ -252,6 +270,30 @@ class TurnContext:
         metadata: dict[str, Any] | None = None,
     ) -> None:
         self._sink.status(pb.TASK_STATE_AUTH_REQUIRED, self._msg(content), metadata)
+
+    async def create_task(self) -> None:
+        """Make sure the task exists (SUBMITTED, the caller's message in its history) without
+        changing its state: an answer that is a task, not a direct message. No-op if it
+        exists."""
+        self._sink.materialize()
+
+    async def set_state(
+        self,
+        state: pb.TaskState,
+        content: PartsLike | pb.Message | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Move the task to `state` (any but SUBMITTED and UNSPECIFIED), optionally with an
+        agent message: what the named methods above do, for code that holds a state value
+        (e.g. the a2a-sdk adapter). An agent that sets CANCELED ends the task as canceled."""
+        self._sink.status(state, self._msg(content), metadata)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the caller canceled the task (CancelTask): the `CancelledError` this turn
+        gets is that cancel, not the server stopping the turn (shutdown, a stalled turn)."""
+        return self._sink.cancel_requested
 
     async def ask(
         self, content: PartsLike | pb.Message, *, metadata: dict[str, Any] | None = None
@@ -458,6 +500,17 @@ BUILTIN_AGENTS = {
     "command": "service.agents.command:CommandAgent",
 }
 
+# `prefix:package.module:attr` runs an agent written against another framework through an
+# adapter: the adapter's loader gets the rest of the spec. Named as strings, imported only
+# when chosen, so the server never imports the framework unless asked to.
+A2A_SDK_PREFIX = "a2a_sdk"
+ADAPTERS = {A2A_SDK_PREFIX: "service.agents.a2a_sdk:load_executor"}
+A2A_SDK_MISSING = (
+    "agent {spec!r}: running an a2a-sdk AgentExecutor needs the a2a-sdk package, which is "
+    "not installed; install it with the `a2a-sdk` extra: pip install '.[a2a-sdk]' "
+    "(or the `client` extra, the same pin)"
+)
+
 
 def import_object(spec: str, what: str) -> Any:
     """The object an import path `package.module:attr` names (a ValueError, saying which
@@ -478,7 +531,11 @@ def import_object(spec: str, what: str) -> Any:
 
 
 def load_agent(spec: str, **options: Any) -> Agent:
-    """Resolve `echo`, `command` or `package.module:attr` to an agent object."""
+    """Resolve `echo`, `command`, `package.module:attr` or `a2a_sdk:package.module:attr` (an
+    a2a-sdk AgentExecutor instance, class or factory) to an agent object."""
+    prefix, sep, rest = spec.partition(":")
+    if sep and prefix in ADAPTERS and ":" in rest:
+        return _load_adapted(prefix, rest, spec)
     path = BUILTIN_AGENTS.get(spec, spec)
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
@@ -493,4 +550,20 @@ def load_agent(spec: str, **options: Any) -> Agent:
     )
     if not isinstance(agent, Agent):
         raise ValueError(f"agent {spec!r}: object has no 'async def run(self, ctx)' method")
+    return agent
+
+
+def _load_adapted(prefix: str, rest: str, spec: str) -> Agent:
+    """An agent of another framework behind its adapter (ValueError saying why not)."""
+    module_name = ADAPTERS[prefix].partition(":")[0]
+    try:
+        importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if prefix == A2A_SDK_PREFIX and (exc.name or "").split(".")[0] == "a2a":
+            raise ValueError(A2A_SDK_MISSING.format(spec=spec)) from None
+        raise
+    loader = import_object(ADAPTERS[prefix], "agent adapter")
+    agent = loader(rest)
+    if not isinstance(agent, Agent):
+        raise ValueError(f"agent {spec!r}: the adapter did not give an agent")
     return agent

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from google.protobuf import empty_pb2
+from google.protobuf import empty_pb2, json_format
 from google.protobuf.message import Message as ProtoMessage
 
 from gen import a2a_pb2 as pb
@@ -115,7 +115,9 @@ class A2AApi:
         check_required(request)
         return Scope(tenant=check_tenant(request), owner=call.principal)
 
-    def _caller(self, call: CallContext, scope: Scope) -> Caller:
+    def _caller(
+        self, call: CallContext, scope: Scope, request: pb.SendMessageRequest | None = None
+    ) -> Caller:
         # Credentials never reach the agent, even when this service does not check them.
         metadata = {k: v for k, v in call.metadata.items() if k not in CREDENTIAL_KEYS}
         return Caller(
@@ -123,6 +125,11 @@ class A2AApi:
             tenant=scope.tenant,
             extensions=call.extensions,
             metadata=metadata,
+            request_metadata=(
+                json_format.MessageToDict(request.metadata)
+                if request is not None and request.HasField("metadata")
+                else {}
+            ),
         )
 
     def _configs(self) -> PushConfigs:
@@ -166,7 +173,7 @@ class A2AApi:
             stored.id = stored.id or str(uuid.uuid4())
         if admitted is not None:
             admitted.bind()  # the context keeps this workspace
-        caller = self._caller(call, scope)
+        caller = self._caller(call, scope, request)
         return_immediately = config.return_immediately and not stream
         if stored is None:
             turn = await self.engine.send(

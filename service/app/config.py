@@ -112,7 +112,11 @@ class Settings(
             0, 1000, "must be between {low} and {high} (milliseconds between group commits)"
         ),
     )
-    agent: str = setting("echo", "`echo`, `command`, or an import path `package.module:attr`")
+    agent: str = setting(
+        "echo",
+        "`echo`, `command`, an import path `package.module:attr`, or an a2a-sdk "
+        "AgentExecutor as `a2a_sdk:package.module:attr` (docs/a2a-sdk-agents.md)",
+    )
     command: str = setting("", 'program run by the `command` agent, shell-quoted (`"wc -w"`)')
     command_grace_seconds: float = setting(
         5.0, "SIGTERM→SIGKILL delay when a command turn is canceled"

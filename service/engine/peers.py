@@ -168,6 +168,7 @@ class Peers:
                         "tenant": caller.tenant,
                         "extensions": list(caller.extensions),
                         "metadata": caller.metadata,
+                        "request_metadata": caller.request_metadata,
                     },
                 },
             )
@@ -211,7 +212,13 @@ class Peers:
         scope = Scope(body["tenant"], body["owner"])
         message = pb.Message.FromString(base64.b64decode(body["message"]))
         c = body["caller"]
-        caller = Caller(c["principal"], c["tenant"], tuple(c["extensions"]), dict(c["metadata"]))
+        caller = Caller(
+            c["principal"],
+            c["tenant"],
+            tuple(c["extensions"]),
+            dict(c["metadata"]),
+            dict(c.get("request_metadata") or {}),
+        )
         try:
             turn = await self.engine.send(scope, message, caller)
             turn.outcome.add_done_callback(_ignore)

@@ -21,6 +21,9 @@
 8. Scale-out: SendMessage over gRPC and JSON-RPC driven by h2load against one process on
    SQLite, one on PostgreSQL + Redis and `--workers 2`; cross-process cancel and event
    latency (scale_bench.py).
+9. An a2a-sdk AgentExecutor (TaskUpdater, one artifact in N chunks) streaming behind our
+   server (`--agent a2a_sdk:...`) and behind a2a-sdk 1.3.0's own gRPC server: events per
+   second to one subscriber (sdk_agent_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -66,6 +69,7 @@ from tests.bench.file_bench import bench_files, file_rows_bad, report_files  # n
 from tests.bench.http_bench import bench_http  # noqa: E402
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
 from tests.bench.scale_bench import bench_scale, report_scale  # noqa: E402
+from tests.bench.sdk_agent_bench import bench_sdk_agent  # noqa: E402
 
 PY = sys.executable
 CHUNK_AGENT = "tests.bench.agents:ChunkAgent"
@@ -304,6 +308,11 @@ async def bench_stream(args, tmp: pathlib.Path) -> list[dict]:
         finally:
             server.stop()
     return rows
+
+
+async def sdk_agent_bench(args, tmp: pathlib.Path) -> list[dict]:
+    """Section 9, measured as section 2 measures."""
+    return await bench_sdk_agent(args, tmp, measure_stream)
 
 
 # ------------------------------------------------------------------------- 3. ListTasks
@@ -609,6 +618,28 @@ def report(results: dict, args) -> str:
                 ],
             )
         )
+    if "sdk_agent" in results:
+        out.append(
+            "\nAn a2a-sdk AgentExecutor streaming (ChunkExecutor: TaskUpdater, one artifact in N "
+            f"append chunks, yields every {args.stream_yield_every}) over gRPC to one subscriber, "
+            f"behind our server and behind a2a-sdk's own, >= {args.stream_duration:g} s per row"
+        )
+        out.append(
+            table(
+                ["server", "chunks/turn", "events/s", "vs a2a-sdk", "turn ms", "first event ms"],
+                [
+                    [
+                        r["server"],
+                        str(r["chunks_per_turn"]),
+                        fmt(r["events_per_s"], 0),
+                        f"{r['vs_sdk'] * 100:.0f}%",
+                        fmt(r["turn_ms"], 1),
+                        fmt(r["first_event_ms"], 2),
+                    ]
+                    for r in results["sdk_agent"]
+                ],
+            )
+        )
     if "http" in results:
         out.append(
             f"\nSendMessage over HTTP: {args.concurrency} keep-alive connections, one request in flight "
@@ -721,6 +752,9 @@ def numbers_ok(results: dict) -> list[str]:
     for r in results.get("streaming", []):
         if not (math.isfinite(r["events_per_s"]) and r["events_per_s"] > 0):
             bad.append(f"streaming/{r['store']}/{r['chunks_per_turn']}")
+    for r in results.get("sdk_agent", []):
+        if not (math.isfinite(r["events_per_s"]) and r["events_per_s"] > 0):
+            bad.append(f"sdk_agent/{r['server']}/{r['chunks_per_turn']}")
     for r in results.get("list_tasks", {}).get("rows", []):
         if not all(math.isfinite(r[k]) and r[k] > 0 for k in r if k != "query"):
             bad.append(f"list_tasks/{r['query']}")
@@ -742,8 +776,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files,burst,scale",
-        help="comma list of: send, stream, list, http, push, files, burst, scale",
+        default="send,stream,list,http,push,files,burst,scale,sdkagent",
+        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent",
     )
     p.add_argument(
         "--duration",
@@ -844,7 +878,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push", "files", "burst", "scale"}
+    parts = {"send", "stream", "list", "http", "push", "files", "burst", "scale", "sdkagent"}
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -876,6 +910,7 @@ async def amain(args) -> dict:
             ("files", "files", "Stored file artifacts", bench_files),
             ("burst", "burst", "Burst (limits off and on)", bench_burst),
             ("scale", "scale", "Scale-out", bench_scale),
+            ("sdkagent", "sdk_agent", "a2a-sdk executor streaming", sdk_agent_bench),
         )
         try:
             for name, key, title, bench in sections:
