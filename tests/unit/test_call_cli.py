@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -350,3 +352,12 @@ class _Chunks(httpx.AsyncByteStream):
     async def __aiter__(self):
         async for chunk in self.chunks:
             yield chunk
+
+
+def test_the_help_with_its_exit_table_needs_no_client_library():
+    code = (
+        "import sys; from a2a_call import cli; cli.build_parser().format_help(); "
+        "loaded = {m.split('.')[0] for m in sys.modules}; "
+        "assert not loaded & {'a2a', 'grpc', 'httpx'}, loaded & {'a2a', 'grpc', 'httpx'}"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
