@@ -10,8 +10,10 @@ import argparse
 import re
 import sys
 
+from a2a_call.errors import stream_table
+
 PROG = "a2a-call"
-SUBCOMMANDS = ("send", "card", "get", "list", "cancel", "subscribe", "download")
+SUBCOMMANDS = ("send", "card", "get", "list", "cancel", "subscribe", "download", "push")
 VALUE_OPTIONS = {
     "--context",
     "--task",
@@ -38,7 +40,13 @@ VALUE_OPTIONS = {
     "--output",
     "-o",
     "--max-download",
+    "--push-url",
+    "--push-token",
+    "--push-auth-scheme",
+    "--push-auth-credentials",
+    "--config",
 }
+PUSH_ACTIONS = ("create", "list", "get", "delete")
 DEFAULT_MAX_DOWNLOAD = "1G"
 DEFAULT_TIMEOUT = 30.0  # as client.DEFAULT_TIMEOUT_SECONDS (kept free of the a2a-sdk)
 DEFAULT_IDLE_TIMEOUT = 300.0  # as client.DEFAULT_IDLE_SECONDS
@@ -56,12 +64,15 @@ gRPC; --binding chooses), send with A2A-Version: 1.0, stream when the card says 
   a2a-call cancel URL --task ID              cancel a task
   a2a-call subscribe URL --task ID [--after SEQ]   follow a task's events
   a2a-call download URL --task ID [NAME|--all]     save stored file artifacts (SHA-256 checked)
+  a2a-call push create URL --task ID --push-url HOOK [--push-token T]   push configs of a task
+  a2a-call push list|get|delete URL --task ID [--config ID]
 
 Instead of URL, --grpc HOST:PORT talks gRPC to that address without a card."""
 
 EPILOG = """credentials also come from the environment (never echoed): A2A_CALL_BEARER,
-A2A_CALL_API_KEY, A2A_CALL_BASIC (USER:PASSWORD); prefer them to the flags, which other
-users of the machine can see in the process list.
+A2A_CALL_API_KEY, A2A_CALL_BASIC (USER:PASSWORD), and for push configs A2A_CALL_PUSH_TOKEN,
+A2A_CALL_PUSH_CREDENTIALS; prefer them to the flags, which other users of the machine can
+see in the process list.
 
 exit codes:
   0  completed (or the command did what it was asked)
@@ -70,14 +81,18 @@ exit codes:
   3  the task was canceled or rejected
   4  the task needs input (a permission request nobody answered, or a question)
   5  the task needs authentication (auth-required)
-  6  unreachable: no connection, DNS, TLS handshake, timed out (--timeout, --idle-timeout)
+  6  unreachable: no connection, DNS, TLS handshake, timed out (--timeout, --idle-timeout),
+     the stream broke off (the server drains, the connection was lost): resume with subscribe
   7  not authenticated or not allowed (HTTP 401/403, gRPC UNAUTHENTICATED/PERMISSION_DENIED)
   8  protocol error: the agent answered with an A2A error, or not with A2A
   9  not verified: --verify-card refused the card, or a download's SHA-256 or size did not
      match
  10  refused as unsafe: credentials would go in plaintext to an interface of a card that
      came over https (see --allow-plaintext-credentials), a download over --max-download,
-     or a file:// download"""
+     or a file:// download
+
+how a stream (send, subscribe; a --no-stream answer alike) ends, on every binding:
+""" + stream_table()
 
 
 def _common() -> argparse.ArgumentParser:
@@ -207,6 +222,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "--approve", action="store_true", help="answer permission requests with allow_once"
     )
     decide.add_argument("--deny", action="store_true", help="answer permission requests with deny")
+    _push_config(send)
 
     card = add("card", "show the agent card")
     _target(card)
@@ -247,7 +263,11 @@ def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     )
     download.add_argument("--all", action="store_true", help="every stored file of the task")
     download.add_argument(
-        "-o", "--output", metavar="PATH", help="file (one artifact) or directory (default: .)"
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="file (one artifact) or directory (default: .); a PATH ending in / is a "
+        "directory, made if missing",
     )
     download.add_argument("--force", action="store_true", help="overwrite existing files")
     download.add_argument(
@@ -258,7 +278,39 @@ def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         help=f"abort a file larger than this (default {DEFAULT_MAX_DOWNLOAD}: 1 GiB); a file "
         "is also aborted past the byteSize it declares. file:// URLs are never read",
     )
+    pushing = add("push", "create, list, get or delete a task's push notification configs")
+    pushing.add_argument("action", choices=PUSH_ACTIONS)
+    _target(pushing)
+    _task(pushing, required=False)
+    pushing.add_argument("--config", metavar="ID", help="the config id (get, delete; create)")
+    _push_config(pushing, auth=True)
+    pushing.add_argument("--page-size", type=int, metavar="N", help="list: at most N configs")
+    pushing.add_argument("--page-token", metavar="TOKEN", help="list: the next page")
     return parser, commands
+
+
+def _push_config(parser: argparse.ArgumentParser, auth: bool = False) -> None:
+    """The flags of a push config: `send` carries one, `push create` makes one."""
+    group = parser.add_argument_group("push notifications")
+    group.add_argument(
+        "--push-url", metavar="URL", help="the receiver the agent POSTs the task's events to"
+    )
+    group.add_argument(
+        "--push-token",
+        metavar="TOKEN",
+        help="a token the agent sends with each notification (or A2A_CALL_PUSH_TOKEN)",
+    )
+    if auth:
+        group.add_argument(
+            "--push-auth-scheme",
+            metavar="SCHEME",
+            help="how the agent authenticates to the receiver, e.g. Bearer or Basic",
+        )
+        group.add_argument(
+            "--push-auth-credentials",
+            metavar="CREDENTIALS",
+            help="its credentials for that scheme (or A2A_CALL_PUSH_CREDENTIALS)",
+        )
 
 
 def normalize(argv: list[str]) -> list[str]:
@@ -272,11 +324,28 @@ def normalize(argv: list[str]) -> list[str]:
             i += 2 if token in VALUE_OPTIONS else 1
             continue
         if token in SUBCOMMANDS:
-            return [token, *argv[:i], *argv[i + 1 :]]
+            rest = [*argv[:i], *argv[i + 1 :]]
+            return [token, *(_action_first(rest) if token == "push" else rest)]
         break
     if any(t in ("-h", "--help") for t in argv) and i >= len(argv):
         return argv
     return ["send", *argv]
+
+
+def _action_first(argv: list[str]) -> list[str]:
+    """`push URL create` as `push create URL`: the action word first, wherever it was."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            break
+        if token.startswith("-"):
+            i += 2 if token in VALUE_OPTIONS else 1
+            continue
+        if token in PUSH_ACTIONS:
+            return [token, *argv[:i], *argv[i + 1 :]]
+        i += 1
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,9 +14,9 @@ import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import httpx
@@ -50,6 +50,16 @@ ENV_BEARER = "A2A_CALL_BEARER"
 ENV_API_KEY = "A2A_CALL_API_KEY"
 ENV_BASIC = "A2A_CALL_BASIC"
 DEFAULT_API_KEY_HEADER = "X-API-Key"
+T = TypeVar("T")
+
+
+async def bounded(seconds: float | None, call: Awaitable[T]) -> T:
+    """`call`, given up after SECONDS (exit 6); None: not bounded."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await call
+    except TimeoutError:
+        raise CallError(Exit.UNREACHABLE, f"timed out after {seconds:g} s (--timeout)") from None
 
 
 @dataclass(frozen=True)
@@ -307,32 +317,40 @@ def _origin(url: str) -> tuple[str, str, int] | None:
 
 
 class EventIds:
-    """The SSE `id:` of every event of the HTTP streams, in order. The a2a-sdk transport
-    parses the stream but does not hand out the ids, so a response hook wraps the body of each
-    event stream and notes the id of each event that carries data (what the transport yields
-    as one StreamResponse); `take()` is the id of the next event the caller sees."""
+    """The SSE `id:` of every event of the HTTP streams, in order, and the `event: error` a
+    stream ended with. The a2a-sdk transport parses the stream but does not hand out the
+    ids, and keeps only the text of an error event, so a response hook wraps the body of
+    each event stream and notes the id of each event that carries data (what the transport
+    yields as one StreamResponse); `take()` is the id of the next event the caller sees,
+    `error` the last error document (JSON), which says whether the server drains."""
 
     def __init__(self) -> None:
         self._ids: collections.deque[str | None] = collections.deque()
+        self.error: Any = None
 
     def take(self) -> str | None:
         return self._ids.popleft() if self._ids else None
 
     def reset(self) -> None:
         self._ids.clear()
+        self.error = None
+
+    def saw(self, event_id: str | None) -> None:
+        self._ids.append(event_id)
 
     async def hook(self, response: httpx.Response) -> None:
         if "text/event-stream" in response.headers.get("content-type", ""):
-            response.stream = _NotingIds(response.stream, self._ids)
+            response.stream = _NotingIds(response.stream, self)
 
 
 class _NotingIds(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, ids: collections.deque[str | None]) -> None:
+    def __init__(self, inner: Any, notes: EventIds) -> None:
         self._inner = inner
-        self._ids = ids
+        self._notes = notes
         self._pending = b""
         self._last: str | None = None  # SSE: an event without id: keeps the last one
-        self._has_data = False
+        self._data: list[bytes] = []
+        self._event = b""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
@@ -345,13 +363,24 @@ class _NotingIds(httpx.AsyncByteStream):
         for raw in complete:
             line = raw.rstrip(b"\r")
             if not line:
-                if self._has_data:
-                    self._ids.append(self._last)
-                self._has_data = False
+                self._dispatch()
             elif line.startswith(b"id:"):
                 self._last = line[3:].strip().decode("utf-8", "replace") or None
             elif line.startswith(b"data:"):
-                self._has_data = True
+                self._data.append(line[5:].strip())
+            elif line.startswith(b"event:"):
+                self._event = line[6:].strip()
+
+    def _dispatch(self) -> None:
+        if self._data:
+            if self._event == b"error":
+                try:
+                    self._notes.error = json.loads(b"\n".join(self._data))
+                except ValueError:
+                    self._notes.error = None
+            else:
+                self._notes.saw(self._last)
+        self._data, self._event = [], b""
 
     async def aclose(self) -> None:
         await self._inner.aclose()

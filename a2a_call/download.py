@@ -105,10 +105,21 @@ def safe_name(filename: str, fallback: str) -> str:
 
 
 def target_path(output: str | None, file: StoredFile, several: bool) -> pathlib.Path:
+    """Where FILE goes: OUTPUT itself (one file), else in it: when it is a directory, ends
+    in a slash (`-o out/`: a directory, made if missing; pathlib would drop the slash and
+    name a file `out`), or several files go."""
     name = safe_name(file.filename, file.sha256)
     if output is None:
         return pathlib.Path(name)
     out = pathlib.Path(output)
+    if output.endswith(("/", os.sep)):
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CallError(
+                Exit.USAGE, f"{output}: cannot make the directory ({exc.strerror})"
+            ) from None
+        return out / name
     if several or out.is_dir():
         return out / name
     return out

@@ -26,6 +26,7 @@ ALLOW = "allow_once"
 DENY = "deny"
 DISPLAY_FIELDS = ("toolName", "title", "purpose", "effect", "target", "readOnly", "summary")
 ANSWER_FIELDS = ("requestTaskId", "inputId", "toolUseId")
+LEAD = "The agent asks for permission"
 
 
 def _is_envelope(value: Any) -> bool:
@@ -88,7 +89,12 @@ def describe(envelope: dict[str, Any]) -> list[str]:
     """The display fields, one per line, for a person to decide on: each field is one line
     (`printable`), so none can hide, rewrite or pose as another line of what is approved."""
     asked = printable(envelope.get("prompt") or envelope.get("title") or "")
-    lines = [f"The agent asks for permission: {asked}".rstrip()]
+    # The server's default prompt already says it ("The agent asks for permission to …"):
+    # then it is the line, said once.
+    if asked.lower().startswith(LEAD.lower()):
+        lines = [asked]
+    else:
+        lines = [f"{LEAD}: {asked}".rstrip()]
     for key in DISPLAY_FIELDS:
         value = envelope.get(key)
         if value is None or value == "":

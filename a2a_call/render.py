@@ -21,20 +21,15 @@ from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from a2a_call.errors import Exit
+from a2a_call.errors import EXIT_OF_STATE_NAME, Exit
 from a2a_call.safe import printable, redact_url
 
 STATE_NAMES: dict[int, str] = {
     value: name.removeprefix("TASK_STATE_").lower().replace("_", "-")
     for name, value in sdk.TaskState.items()
 }
-EXIT_OF_STATE: dict[int, Exit] = {
-    sdk.TASK_STATE_COMPLETED: Exit.COMPLETED,
-    sdk.TASK_STATE_FAILED: Exit.FAILED,
-    sdk.TASK_STATE_CANCELED: Exit.CANCELED,
-    sdk.TASK_STATE_REJECTED: Exit.CANCELED,
-    sdk.TASK_STATE_INPUT_REQUIRED: Exit.INPUT_REQUIRED,
-    sdk.TASK_STATE_AUTH_REQUIRED: Exit.AUTH_REQUIRED,
+EXIT_OF_STATE: dict[int, Exit] = {  # errors.EXIT_OF_STATE_NAME, by the SDK's enum values
+    sdk.TaskState.Value(name): code for name, code in EXIT_OF_STATE_NAME.items()
 }
 CLEAR_LINE = "\r\x1b[K"
 

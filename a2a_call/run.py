@@ -1,5 +1,5 @@
 """The commands of `a2a-call`: send (with the permission round trip), card, get, list, cancel,
-subscribe and download, each ending in one of the exit codes of `errors.Exit`."""
+subscribe and download (push is in `push.py`), each ending in one of the exit codes of `errors.Exit`."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ import pathlib
 import sys
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 
 from a2a_call import download as call_download
 from a2a_call import permission as call_permission
+from a2a_call import push as call_push
 from a2a_call.client import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
@@ -27,13 +28,13 @@ from a2a_call.client import (
     Credentials,
     Tls,
     binding_of,
+    bounded,
     connect,
 )
 from a2a_call.errors import CallError, Exit, classify
 from a2a_call.render import EXIT_OF_STATE, Printer, message_text, state_name
 from a2a_call.safe import printable
 
-T = TypeVar("T")
 INTERRUPTED = (sdk.TASK_STATE_INPUT_REQUIRED, sdk.TASK_STATE_AUTH_REQUIRED)
 TERMINAL = (
     sdk.TASK_STATE_COMPLETED,
@@ -79,7 +80,7 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
     if args.command == "card" and not args.grpc:
         credentials = Credentials()  # it shows the fetched card: no call carries credentials
     try:
-        conn = await _bounded(
+        conn = await bounded(
             args.timeout or DEFAULT_TIMEOUT_SECONDS,
             connect(
                 args.url,
@@ -108,15 +109,6 @@ async def _command(args: argparse.Namespace, printer: Printer) -> Exit:
             raise classify(exc) from None
         finally:
             printer.done()
-
-
-async def _bounded(seconds: float | None, call: Awaitable[T]) -> T:
-    """`call`, given up after SECONDS (exit 6); None: not bounded."""
-    try:
-        async with asyncio.timeout(seconds):
-            return await call
-    except TimeoutError:
-        raise CallError(Exit.UNREACHABLE, f"timed out after {seconds:g} s (--timeout)") from None
 
 
 async def _events(
@@ -237,13 +229,13 @@ async def _follow(
             printer.event(event, event_id)
 
     try:
-        await _bounded(conn.timeout, drain())  # None by default: bounded between events
+        await bounded(conn.timeout, drain())  # None by default: bounded between events
     except (CallError, BrokenPipeError):
         _resume_hint(outcome, printer)
         raise
     except Exception as exc:
         _resume_hint(outcome, printer)
-        raise classify(exc) from None
+        raise classify(exc, conn.event_ids.error) from None
 
 
 def _resume_hint(outcome: Outcome, printer: Printer) -> None:
@@ -254,9 +246,15 @@ def _resume_hint(outcome: Outcome, printer: Printer) -> None:
 
 
 async def _send_once(
-    conn: Connection, message: sdk.Message, printer: Printer, outcome: Outcome
+    conn: Connection,
+    message: sdk.Message,
+    printer: Printer,
+    outcome: Outcome,
+    push: sdk.TaskPushNotificationConfig | None = None,
 ) -> None:
     request = sdk.SendMessageRequest(message=message)
+    if push is not None:
+        request.configuration.task_push_notification_config.CopyFrom(push)
     stream = conn.client.send_message(request, context=conn.call_context())
     await _follow(conn, stream, printer, outcome)
 
@@ -273,7 +271,7 @@ def _decision(args: argparse.Namespace, envelope: dict[str, Any], printer: Print
 
 
 async def _pending_envelope(conn: Connection, task_id: str) -> dict[str, Any]:
-    task = await _bounded(
+    task = await bounded(
         conn.call_timeout,
         conn.client.get_task(sdk.GetTaskRequest(id=task_id), context=conn.call_context()),
     )
@@ -305,7 +303,8 @@ async def send(conn: Connection, args: argparse.Namespace, printer: Printer) -> 
             message.task_id = args.task
         if args.context:
             message.context_id = args.context
-        await _send_once(conn, message, printer, outcome)
+        push = call_push.config_of(args) if args.push_url else None
+        await _send_once(conn, message, printer, outcome, push)
     while outcome.envelope is not None and outcome.state == sdk.TASK_STATE_INPUT_REQUIRED:
         envelope = outcome.envelope
         decision = _decision(args, envelope, printer)
@@ -331,11 +330,11 @@ def _finish(outcome: Outcome, printer: Printer, conn: Connection) -> Exit:
     if outcome.replied and not outcome.task_id:
         return Exit.COMPLETED
     state = outcome.state
-    if state not in EXIT_OF_STATE:
+    if state not in EXIT_OF_STATE:  # the connection lost, as errors.STREAM_ENDINGS says
         raise CallError(
-            Exit.PROTOCOL,
-            f"the answer ended while task {outcome.task_id or '?'} was {state_name(state)}; "
-            f"follow it with: a2a-call subscribe … --task {outcome.task_id}",
+            Exit.UNREACHABLE,
+            f"interrupted: the answer ended while task {outcome.task_id or '?'} was "
+            f"{state_name(state)}; follow it with: a2a-call subscribe … --task {outcome.task_id}",
         )
     if not printer.as_json:
         printer.done()
@@ -354,7 +353,7 @@ def _finish(outcome: Outcome, printer: Printer, conn: Connection) -> Exit:
 
 async def card(conn: Connection, args: argparse.Namespace, printer: Printer) -> Exit:
     if conn.card_json is None:  # --grpc: ask the server for its card
-        got = await _bounded(
+        got = await bounded(
             conn.call_timeout,
             conn.client.get_extended_agent_card(
                 sdk.GetExtendedAgentCardRequest(), context=conn.call_context()
@@ -370,7 +369,7 @@ async def get(conn: Connection, args: argparse.Namespace, printer: Printer) -> E
     request = sdk.GetTaskRequest(id=args.task)
     if args.history_length is not None:
         request.history_length = args.history_length
-    task = await _bounded(
+    task = await bounded(
         conn.call_timeout, conn.client.get_task(request, context=conn.call_context())
     )
     printer.task(task)
@@ -395,7 +394,7 @@ async def list_tasks(conn: Connection, args: argparse.Namespace, printer: Printe
         request.page_size = args.page_size
     if args.page_token:
         request.page_token = args.page_token
-    page = await _bounded(
+    page = await bounded(
         conn.call_timeout, conn.client.list_tasks(request, context=conn.call_context())
     )
     printer.tasks(page)
@@ -403,7 +402,7 @@ async def list_tasks(conn: Connection, args: argparse.Namespace, printer: Printe
 
 
 async def cancel(conn: Connection, args: argparse.Namespace, printer: Printer) -> Exit:
-    task = await _bounded(
+    task = await bounded(
         conn.call_timeout,
         conn.client.cancel_task(sdk.CancelTaskRequest(id=args.task), context=conn.call_context()),
     )
@@ -434,14 +433,14 @@ async def subscribe(conn: Connection, args: argparse.Namespace, printer: Printer
 
 
 async def download(conn: Connection, args: argparse.Namespace, printer: Printer) -> Exit:
-    task = await _bounded(
+    task = await bounded(
         conn.call_timeout,
         conn.client.get_task(sdk.GetTaskRequest(id=args.task), context=conn.call_context()),
     )
     files = call_download.select(call_download.stored_files(task), args.name, args.all)
     for file in files:
         dest = call_download.target_path(args.output, file, len(files) > 1)
-        size = await _bounded(
+        size = await bounded(
             conn.timeout,  # None by default: the body is bounded between chunks (idle)
             call_download.fetch(conn, file, dest, force=args.force, limit=args.max_download),
         )
@@ -472,4 +471,5 @@ COMMANDS = {
     "cancel": cancel,
     "subscribe": subscribe,
     "download": download,
+    "push": call_push.push,
 }

@@ -678,3 +678,15 @@ def test_cacert_cert_and_key(mutual_tls, binding):
         "--binding", binding, server.url, "echo", "--cert", pki.client_pem, "--key", pki.client_key
     )
     assert no_ca.returncode == 6, no_ca.stderr
+
+
+def test_download_into_a_directory_given_with_a_trailing_slash(ours, site, tmp_path):
+    task_id, digest = _stored_task(ours, site, "notes.txt", "some notes")
+    site.routes[f"/files/{digest}"] = (200, b"some notes")
+    target = tmp_path / "new" / "dir"
+    result = cli("download", ours.url, "--task", task_id, "-o", f"{target}/")
+    assert result.returncode == 0, result.stderr
+    assert (target / "notes.txt").read_text() == "some notes"  # made, and written into
+    assert [p.name for p in target.iterdir()] == ["notes.txt"]
+    again = cli("download", ours.url, "--task", task_id, "-o", f"{target}/")
+    assert again.returncode == 2 and "exists" in again.stderr  # into it again, not over it

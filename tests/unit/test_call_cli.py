@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -24,7 +27,7 @@ from a2a_call.client import (
     is_loopback,
     pick_interface,
 )
-from a2a_call.errors import CallError, Exit, classify
+from a2a_call.errors import CallError, Exit, classify, error_reason
 from a2a_call.render import Printer
 
 ENVELOPE = {
@@ -257,3 +260,104 @@ def test_the_parser_states_the_defaults_the_client_applies():
 )
 def test_loopback_is_what_is_written_not_what_a_name_resolves_to(host, loopback):
     assert is_loopback(host) is loopback
+
+
+def test_push_takes_its_action_word_wherever_it_stands():
+    assert call_cli.normalize(["push", "http://a", "list", "--task", "t"])[:3] == [
+        "push",
+        "list",
+        "http://a",
+    ]
+    assert call_cli.normalize(["--json", "push", "--task", "create", "get", "http://a"])[:2] == [
+        "push",
+        "get",  # `create` is the value of --task
+    ]
+    args = call_cli.build_parsers()[1]["send"].parse_args(
+        ["http://a", "hi", "--push-url", "http://h/x", "--push-token", "t"]
+    )
+    assert (args.push_url, args.push_token) == ("http://h/x", "t")
+
+
+def test_the_permission_lead_is_said_once():
+    said = "The agent asks for permission to use make (/srv). Answer with a decision."
+    envelope = {"prompt": said, "target": "/srv"}
+    assert call_permission.describe(envelope)[0] == said
+    assert call_permission.describe({"prompt": "Allow it?"})[0] == (
+        "The agent asks for permission: Allow it?"
+    )
+
+
+def test_a_trailing_slash_names_a_directory_made_if_missing(tmp_path):
+    file = call_download.StoredFile("a1", "r.txt", "http://x/r", "0" * 64, 1)
+    out = tmp_path / "made"
+    assert call_download.target_path(f"{out}/", file, False) == out / "r.txt"
+    assert out.is_dir()
+    assert call_download.target_path(str(tmp_path / "f.txt"), file, False) == tmp_path / "f.txt"
+
+
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        (
+            {"error": {"code": 503, "status": "UNAVAILABLE", "details": []}},
+            "UNAVAILABLE",
+        ),
+        (
+            {
+                "error": {
+                    "code": -32603,
+                    "data": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "X"}],
+                }
+            },
+            "X",
+        ),
+        ({"error": "nope"}, ""),
+        ([1], ""),
+        (None, ""),
+    ],
+)
+def test_the_reason_of_an_http_error_event(document, reason):
+    assert error_reason(document) == reason
+
+
+def test_a_drain_error_event_is_exit_6_whatever_the_sdk_made_of_it():
+    drained = {"error": {"code": 503, "status": "UNAVAILABLE", "message": "shutting down"}}
+    assert classify(A2AClientError(json.dumps(drained)), drained).code == Exit.UNREACHABLE
+    assert classify(A2AClientError("other")).code == Exit.PROTOCOL
+
+
+async def test_error_events_are_noted_and_get_no_event_id():
+    ids = EventIds()
+
+    async def body():
+        yield b"id: 1\ndata: {}\n\n"
+        yield b'event: error\ndata: {"error": {"status": "UNAVAILABLE"}}\n\n'
+
+    response = httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=_Chunks(body())
+    )
+    await ids.hook(response)
+    async for _ in response.stream:
+        pass
+    assert ids.take() == "1" and ids.take() is None
+    assert error_reason(ids.error) == "UNAVAILABLE"
+    ids.reset()
+    assert ids.error is None
+
+
+class _Chunks(httpx.AsyncByteStream):
+    def __init__(self, chunks) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self):
+        async for chunk in self.chunks:
+            yield chunk
+
+
+def test_the_help_with_its_exit_table_needs_no_client_library():
+    code = (
+        "import sys; from a2a_call import cli; cli.build_parser().format_help(); "
+        "loaded = {m.split('.')[0] for m in sys.modules}; "
+        "assert not loaded & {'a2a', 'grpc', 'httpx'}, loaded & {'a2a', 'grpc', 'httpx'}"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
