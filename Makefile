@@ -29,8 +29,8 @@ run: setup  ## run the service (python -m service serve)
 
 # What every commit must pass before the tests: formatting, lint, types, import layers.
 check: setup  ## ruff format --check, ruff check, mypy (service/, gateway/, a2a_call/, a2a_cards/), the import contracts
-	$(PY) -m ruff format --check service gateway a2a_call a2a_cards tests proto/codegen.py
-	$(PY) -m ruff check service gateway a2a_call a2a_cards tests proto/codegen.py
+	$(PY) -m ruff format --check service gateway a2a_call a2a_cards tests proto/codegen.py deploy
+	$(PY) -m ruff check service gateway a2a_call a2a_cards tests proto/codegen.py deploy
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
