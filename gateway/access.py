@@ -5,7 +5,8 @@ is wrapped here: the call pipeline (service.calls) opens its record when the req
 reaches the route, authenticates the caller (auth.py: 401 with its challenges before
 the body is read or the path routed), hands the endpoint its `Caller`, and closes the
 record when the last part of the response — the end of an event stream included — is
-sent, so the access line's duration and outcome are those the caller saw. Routes that
+sent, so the access line's duration and outcome are those the caller saw; on the way out
+it notes the response's status and body bytes for that line. Routes that
 are not A2A calls (the card, /health, the JWKS) have no record.
 """
 
@@ -42,9 +43,16 @@ class _Sent:
             self.pipeline.close(self.call)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        call = self.call
+
         async def sending(message: Message) -> None:
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                self._close()
+            kind = message["type"]
+            if kind == "http.response.body":
+                call.bytes += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self._close()
+            elif kind == "http.response.start":
+                call.status = message["status"]
             await send(message)
 
         try:
@@ -65,6 +73,11 @@ def a2a_route(
 
     async def endpoint(request: Request) -> Response:
         call = pipeline.open(binding, method)
+        if call.logged:  # the access line's transport fields
+            client = request.scope.get("client")
+            if client:
+                call.client = client[0]
+            call.user_agent = request.headers.get("user-agent", "")
         try:
             caller = await auth.caller(call, request)
         except CallerUnknown as exc:

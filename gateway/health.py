@@ -1,6 +1,6 @@
 """The probes: `/health` and `/health/live` (the process answers; 503 once the drain
 starts) and `/health/ready` (also 503 while a part every call needs is unreachable, see
-service.ops.readiness). Public, JSON, never cached; also served alone on `probe_port`
+service.ops.readiness; a shared part that does not count is listed as `degraded`). Public, JSON, never cached; also served alone on `probe_port`
 (`probe_app`), plaintext, for probes that cannot present a client certificate."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def health_routes(is_serving: Callable[[], bool], readiness: Readiness | None) -
                 status=503,
                 headers=DRAINING,
             )
+        degraded = readiness.degraded if readiness is not None else []
+        if degraded:
+            return json_response({"status": "ready", "degraded": degraded}, headers=FRESH)
         return json_response({"status": "ready"}, headers=FRESH)
 
     methods = ["GET", "HEAD"]

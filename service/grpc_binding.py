@@ -32,7 +32,7 @@ from gen import a2a_pb2_grpc
 from service.api import A2AApi, CallContext
 from service.auth.schemes import CallMetadata, call_metadata
 from service.calls.pipeline import Pipeline
-from service.calls.record import Call
+from service.calls.record import CANCELLED, OK, Call
 from service.net.limits import CallLimit
 from service.protocol.errors import InvalidRequestError
 from service.protocol.grpc_status import error_status
@@ -49,6 +49,13 @@ def metadata_of(context: grpc.aio.ServicerContext) -> CallMetadata:
     """The call's metadata, read once per call (grpc builds it anew on every read); it is
     also the carrier of the caller's W3C trace context."""
     return call_metadata(context.invocation_metadata() or ())  # notes repeated credentials
+
+
+def _transport(call: Call, context: grpc.aio.ServicerContext, metadata: CallMetadata) -> None:
+    """What the access line says of the caller: grpc's peer string (parsed when the line is
+    written) and the User-Agent grpc clients send."""
+    call.client = context.peer() or ""
+    call.user_agent = metadata.get("user-agent", "")
 
 
 class Undecodable:
@@ -100,6 +107,9 @@ def _unary(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Awaitable
         call = pipeline.open(
             ACCESS_BINDING, name, span_binding=names.GRPC, carrier=metadata, service=SERVICE_NAME
         )
+        logged = call.logged
+        if logged:
+            _transport(call, context, metadata)
         calls = binding.calls
         held = False
         try:
@@ -108,11 +118,17 @@ def _unary(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Awaitable
             message, ctx = await binding.enter(call, metadata, request)
             response = await handler(message, ctx)
             call.replied(response)
+            call.status = OK
+            if logged:
+                call.bytes = response.ByteSize()
             return response
         except Exception as exc:  # every failure leaves as a typed status
-            await context.abort_with_status(error_status(pipeline.failed(call, exc, name)))
+            err = pipeline.failed(call, exc, name)
+            call.status = err.grpc_status
+            await context.abort_with_status(error_status(err))
         except asyncio.CancelledError:  # the caller went away
             call.cancelled()
+            call.status = CANCELLED
             raise
         finally:
             if held:
@@ -134,6 +150,9 @@ def _streaming(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Async
         call = pipeline.open(
             ACCESS_BINDING, name, span_binding=names.GRPC, carrier=metadata, service=SERVICE_NAME
         )
+        logged = call.logged
+        if logged:
+            _transport(call, context, metadata)
         calls = binding.calls
         held = False
         try:
@@ -144,11 +163,17 @@ def _streaming(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Async
             call.streaming()
             async for event in events:
                 call.event(event)
+                if logged:
+                    call.bytes += event.ByteSize()
                 yield event
+            call.status = OK
         except Exception as exc:
-            await context.abort_with_status(error_status(pipeline.failed(call, exc, name)))
+            err = pipeline.failed(call, exc, name)
+            call.status = err.grpc_status
+            await context.abort_with_status(error_status(err))
         except asyncio.CancelledError:  # the caller went away
             call.cancelled()
+            call.status = CANCELLED
             raise
         finally:
             if held:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -17,6 +18,22 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def shows_traceback(text: str) -> bool:
     """A server's output holds an exception: a text traceback, or a JSON record's field."""
     return "Traceback" in text or '"exception": ' in text
+
+
+READY = "A2A service ready"
+
+
+def is_ready_line(line: str) -> bool:
+    """`serve` said it is ready: the text line, or (log in JSON) a record whose message is it."""
+    if line.startswith(READY):
+        return True
+    if not line.startswith("{"):
+        return False
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and str(record.get("message", "")).startswith(READY)
 
 
 def free_port() -> int:
@@ -91,7 +108,7 @@ class ServerProcess:
             if not line:
                 raise RuntimeError("server exited during startup:\n" + "".join(self.output))
             self.output.append(line)
-            if line.startswith("A2A service ready"):
+            if is_ready_line(line):
                 # Keep reading: access lines would fill the pipe and block the server.
                 self._reader = threading.Thread(target=self._read_rest, daemon=True)
                 self._reader.start()

@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    logs.configure(settings.log_level, settings.log_format)  # JSON lines unless on a terminal
+    # JSON lines unless on a terminal; a worker of --workers names itself in every record.
+    logs.configure(settings.log_level, settings.log_format, worker=workers.worker_index())
     logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
     if not workers.is_worker():  # the parent of --workers warns once, not each worker again
         for warning in config.unknown_env():

@@ -1,9 +1,9 @@
 """The drain: the part of shutdown whose order is deliberate, run first when the service's
 stack closes (the parts are then closed in reverse start order, service/app/parts.py).
 
-1. Stop the readiness loop and housekeeping (a purge batch already sent still commits);
-   gRPC health goes NOT_SERVING for every service name, every probe answers 503; calls
-   are still taken.
+1. Say so in the log (`draining: …`, once the service served); stop the readiness loop
+   and housekeeping (a purge batch already sent still commits); gRPC health goes
+   NOT_SERVING for every service name, every probe answers 503; calls are still taken.
 2. Wait `drain_grace_seconds` (at most `drain_seconds`; only once the service served) so
    load balancers notice.
 3. Close the gate: new calls are refused with UNAVAILABLE / 503 + Retry-After.
@@ -70,6 +70,19 @@ class Draining:
 
 
 async def drain(d: Draining) -> None:
+    if d.served:  # a startup that failed has no callers to drain; its error says enough
+        log.info(
+            "draining: health NOT_SERVING now; new calls refused after %g s; running turns "
+            "and open calls get up to %g s",
+            min(d.grace_seconds, d.drain_seconds),
+            d.drain_seconds,
+            extra={
+                "fields": {
+                    "grace_seconds": min(d.grace_seconds, d.drain_seconds),
+                    "drain_seconds": d.drain_seconds,
+                }
+            },
+        )
     d.phase("stopping the readiness checks")
     await d.readiness.stop()
     d.phase("stopping housekeeping")

@@ -44,6 +44,7 @@ from service.agents.command import program_environment
 from service.api import A2AApi
 from service.app import parts
 from service.app.config import ConfigError, Settings, secret_files, secrets
+from service.app.deployment_warnings import deployment_warnings
 from service.app.drain import Draining, drain
 from service.app.housekeeping import Housekeeping
 from service.app.ownership import Ownership
@@ -83,6 +84,7 @@ from service.telemetry.setup import Installed
 
 log = logging.getLogger("service")
 
+READY = "A2A service ready:"  # the start of the line `serve` announces readiness with
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"  # same messages as v1alpha, newer name
 # After SIGTERM, how long past `drain_seconds` closing the parts may take before the process
 # gives up on the one that is stuck and exits 1 (naming it), rather than hang until a KILL.
@@ -161,6 +163,7 @@ class Service:
         raise_nofile_limit()  # descriptors for the connection caps and the reserve
         logs.protect(secrets(s))  # no configured credential is ever written to the log
         self.access = AccessLog() if s.access_log else None
+        self.readiness.shared_policy = s.readiness_shared_dependencies
         try:
             await self._enter_parts(self._parts)
         except BaseException:
@@ -181,7 +184,7 @@ class Service:
             self.tls = tls_from(s)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        for warning in startup_warnings(s, self.auth, self.tls):
+        for warning in [*startup_warnings(s, self.auth, self.tls), *deployment_warnings(s)]:
             log.warning("%s", warning)
         # Telemetry before anything that records into it is built: it is handed to the call
         # pipeline and the gateway below, and the engine, push and store read `hub.current`.
@@ -343,16 +346,24 @@ class Service:
         """The readiness seam: one check per part every call needs. A store, bus or queue
         implementation is checked through its own seam's cheapest read, so any new one (a
         PostgreSQL store, a Redis bus) is covered once it is wired here."""
+        s = self.settings
         store, push = self.store, self.push
         for name, part in (("store", store), ("bus", self.bus)):
             health = getattr(part, "health", None)  # a shared store or bus says what is down
             if health is not None:
-                self.readiness.add(name, from_health(health))
+                shared = name == "bus" or is_shared(s.store_url)
+                self.readiness.add(name, from_health(health), shared=shared)
             elif name == "store" and store is not None:
-                self.readiness.add("store", lambda: store.get(Scope(), "readiness-check"))
+                self.readiness.add(
+                    "store",
+                    lambda: store.get(Scope(), "readiness-check"),
+                    shared=is_shared(s.store_url),
+                )
         if push is not None:
             self.readiness.add(
-                "push_queue", lambda: push.queue.cursors(("", "", "readiness-check"))
+                "push_queue",
+                lambda: push.queue.cursors(("", "", "readiness-check")),
+                shared=s.push_queue == "redis-streams",
             )
 
     async def _readiness_changed(self, ready: bool) -> None:
@@ -604,9 +615,11 @@ async def serve(settings: Settings) -> None:
     # full collections of the whole heap then cost ~0.2 ms per request at ~500 req/s.
     gc.freeze()
     http = f" http={service.http_port}" if service.http is not None else ""
-    # One write: workers share the pipe, and print() writes the line and its end apart.
-    sys.stdout.write(f"A2A service ready: grpc={service.grpc_port}{http}\n")
-    sys.stdout.flush()
+    ports = {"grpc_port": service.grpc_port}
+    if service.http is not None:
+        ports["http_port"] = service.http_port
+    # On stdout, where supervisors and tests wait for it; a JSON record when the log is JSON.
+    logs.announce(f"{READY} grpc={service.grpc_port}{http}", ports)
     await stop.wait()
     limit = settings.drain_seconds + STOP_OVERRUN_SECONDS
     # Not cancelled when it overruns: a cancelled stack would go on closing the other parts

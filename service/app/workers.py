@@ -130,6 +130,11 @@ def is_worker() -> bool:
     return WORKER_ENV in os.environ
 
 
+def worker_index() -> str | None:
+    """This worker's index under --workers (None in a single process or the parent)."""
+    return os.environ.get(WORKER_ENV)
+
+
 def as_worker(s: Settings) -> None:
     """In a worker: its own data directory (DATA_DIR/worker-I) for what stays local; stored
     file artifacts stay in the shared DATA_DIR/files (unless file_artifact_dir says where),

@@ -5,8 +5,12 @@ the duration and outcome are those the caller saw. The line (logger `service.acc
 INFO) carries `method` (the A2A method name), `binding` (`grpc`, `jsonrpc`, `rest`),
 `outcome` (`OK`, the error reason, or `CANCELLED` when the caller went away),
 `duration_ms`, `task_id`, `principal`, the `trace_id` and `span_id` of the OpenTelemetry
-span current at the end (when one is valid), and the `ref` of an internal error. Never a
-credential, a header, or a body.
+span current at the end (when one is valid), the `ref` of an internal error, and what the
+binding saw of the transport: `client_address` (the caller's IP address, or its socket),
+`user_agent` (at most 256 printable characters, configured secrets redacted),
+`http_status` (HTTP bindings: the response code) or `grpc_status` (gRPC: the status name),
+and `response_bytes` (HTTP: the response body as sent; gRPC: the serialized response
+messages, without framing). Never a credential, another header, or a body.
 
 Refusals of authentication go to `service.access.unauthenticated`, which is
 flood-limited (service.ops.logflood): a client guessing tokens writes a few lines per
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.calls.record import CANCELLED, OK, Call, current, task_id_of
+from service.ops.logs import REDACTOR
 from service.telemetry import hub
 
 __all__ = ["CANCELLED", "OK", "AccessLog", "Call", "current", "task_id_of"]
@@ -30,6 +35,26 @@ __all__ = ["CANCELLED", "OK", "AccessLog", "Call", "current", "task_id_of"]
 log = logging.getLogger("service.access")
 refusals = logging.getLogger("service.access.unauthenticated")  # flood-limited: logflood
 UNAUTHENTICATED = "UNAUTHENTICATED"
+MAX_USER_AGENT_CHARS = 256
+
+
+def client_address(peer: str) -> str:
+    """The address part of a caller: grpc's `ipv4:1.2.3.4:5678` / `ipv6:[::1]:5678` peer
+    strings become `1.2.3.4` / `::1`; anything else (an HTTP host, a unix socket) is kept."""
+    kind, sep, rest = peer.partition(":")
+    if not sep or kind not in ("ipv4", "ipv6"):
+        return peer
+    if rest.startswith("["):
+        return rest[1:].partition("]")[0]
+    return rest.rpartition(":")[0] or rest
+
+
+def user_agent(text: str) -> str:
+    """A caller-written User-Agent as the line may hold it: short, printable, no secret."""
+    text = text[:MAX_USER_AGENT_CHARS]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else "?" for c in text)
+    return REDACTOR.text(text)
 
 
 @dataclass(frozen=True)
@@ -61,6 +86,14 @@ class AccessLog:
             "principal": call.principal,
             "ref": call.ref,
         }
+        if call.client:
+            fields["client_address"] = client_address(call.client)
+        if call.status:
+            fields["grpc_status" if call.binding == "grpc" else "http_status"] = call.status
+        if call.status or call.bytes:
+            fields["response_bytes"] = call.bytes
+        if call.user_agent:
+            fields["user_agent"] = user_agent(call.user_agent)
         span = hub.current_span().get_span_context()  # the call's, or an agent's own
         if span.is_valid:
             fields["trace_id"] = format(span.trace_id, "032x")

@@ -74,6 +74,10 @@ class Call:
         "ref",
         "span",
         "passed",
+        "client",
+        "user_agent",
+        "status",
+        "bytes",
         "_log",
         "_end_span",
     )
@@ -95,8 +99,21 @@ class Call:
         self.ref = ""  # an internal error's reference
         self.span = span
         self.passed = 0  # interceptors whose `before` let the call through (pipeline.py)
+        # Filled by the binding, for the access line: the caller's address (HTTP: the host;
+        # gRPC: grpc's peer string, parsed when the line is written), its User-Agent, the
+        # answer's status (HTTP: the code; gRPC: the status name) and the bytes of the
+        # response body (gRPC: of the response messages).
+        self.client = ""
+        self.user_agent = ""
+        self.status: int | str = 0
+        self.bytes = 0
         self._log = log
         self._end_span = end_span  # the gRPC service whose call the span ends ('': not ours)
+
+    @property
+    def logged(self) -> bool:
+        """Its access line will be written (what only that line needs may be skipped else)."""
+        return self._log is not None
 
     def enter(self) -> None:
         """Make this the current call of the running context."""

@@ -5,7 +5,9 @@ secrets either way.
 container, systemd, a file) and text on a terminal; `"json"` and `"text"` choose. A JSON
 record is one line whatever it carries: an exception becomes the `exception` field
 (type, message and the stack as `file:line in function` frames, no source lines), so a
-multi-line traceback never splits a record. Fields a caller passes with
+multi-line traceback never splits a record. Every record names its process: `pid`, and
+under `serve --workers N` the `worker` index (text: `[worker 1 pid 4242]` before the
+level), so the lines of two workers sharing one stream can be told apart. Fields a caller passes with
 `extra={"fields": {...}}` (the access log's method, outcome, ids) become top-level keys;
 they are written as given, so only values chosen by our code go there, never text a
 caller or a library wrote.
@@ -37,7 +39,7 @@ from service.setting import check_section, one_of, setting
 FORMATS = ("auto", "json", "text")
 FIELDS = "fields"  # the `extra` key whose dict becomes top-level JSON keys
 REDACTED = "[redacted]"
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TEXT_FORMAT = "%(asctime)s [{where}] %(levelname)s %(name)s: %(message)s"
 
 _SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+)(?!realm\b)[A-Za-z0-9._~+/=:-]{8,}")
 _PAIR = re.compile(
@@ -108,12 +110,21 @@ def _exception_text(fields: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, the record's fields, exception."""
+def _worker_value(worker: str | None) -> int | str | None:
+    """The worker index as the JSON field holds it (a number; None outside --workers)."""
+    if not worker:
+        return None
+    return int(worker) if worker.isdigit() else worker
 
-    def __init__(self, redactor: Redactor = REDACTOR) -> None:
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, pid (and worker), the record's
+    fields, exception."""
+
+    def __init__(self, redactor: Redactor = REDACTOR, worker: str | None = None) -> None:
         super().__init__()
         self.redactor = redactor
+        self.worker = _worker_value(worker)
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
@@ -123,7 +134,10 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "logger": record.name,
             "message": self.redactor.text(record.getMessage()),
+            "pid": record.process,
         }
+        if self.worker is not None:
+            doc["worker"] = self.worker
         fields = getattr(record, FIELDS, None)
         if isinstance(fields, dict):  # values the code chose (ids, names, numbers): as they are
             for key, value in fields.items():
@@ -139,10 +153,12 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`time LEVEL logger: message`, then a redacted exception (type, message, frames)."""
+    """`time [pid P] LEVEL logger: message` (`[worker I pid P]` in a worker), then a
+    redacted exception (type, message, frames)."""
 
-    def __init__(self, redactor: Redactor = REDACTOR) -> None:
-        super().__init__(TEXT_FORMAT)
+    def __init__(self, redactor: Redactor = REDACTOR, worker: str | None = None) -> None:
+        where = f"worker {worker} pid %(process)d" if worker else "pid %(process)d"
+        super().__init__(TEXT_FORMAT.replace("{where}", where))
         self.redactor = redactor
 
     def format(self, record: logging.LogRecord) -> str:
@@ -166,18 +182,48 @@ def resolve_format(log_format: str, stream: TextIO | None = None) -> str:
         return "json"
 
 
-def configure(level: str, log_format: str = "auto", stream: TextIO | None = None) -> str:
-    """The root logger writes to stderr (or `stream`) at `level` in the chosen format; returns
-    the format in force."""
+def configure(
+    level: str, log_format: str = "auto", stream: TextIO | None = None, worker: str | None = None
+) -> str:
+    """The root logger writes to stderr (or `stream`) at `level` in the chosen format, each
+    record naming its pid and `worker` (the index under --workers); returns the format in
+    force."""
     chosen = resolve_format(log_format, stream)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
+    formatter: logging.Formatter = (
+        JsonFormatter(worker=worker) if chosen == "json" else TextFormatter(worker=worker)
+    )
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
     return chosen
+
+
+def announce(message: str, fields: dict[str, Any], stream: TextIO | None = None) -> None:
+    """Write `message` to stdout (or `stream`) for whoever waits for it (a supervisor, a test
+    reading the process's stdout): with the log in JSON, as a JSON record of logger
+    `service` (the message field holds `message`, `fields` are its keys, pid and worker as
+    in every record); in text, the message alone, as it always was. One write: workers
+    share the pipe."""
+    formatter = next(
+        (
+            h.formatter
+            for h in logging.getLogger().handlers
+            if isinstance(h.formatter, JsonFormatter)
+        ),
+        None,
+    )
+    line = message
+    if formatter is not None:
+        record = logging.LogRecord("service", logging.INFO, __file__, 0, message, None, None)
+        record.fields = fields
+        line = formatter.format(record)
+    out = stream if stream is not None else sys.stdout
+    out.write(line + "\n")
+    out.flush()
 
 
 @dataclass

@@ -8,6 +8,13 @@ implementation brings its own). A background loop runs the checks every `interva
 seconds, each bounded by `timeout`, and keeps the outcome, so a probe reads a flag
 instead of doing I/O (probes cannot be used to load the store). A change is logged and
 passed to `on_change` (gRPC health follows it).
+
+A part shared by every replica (a PostgreSQL store, the Redis bus, a `redis-streams`
+push queue) is added as `shared`: when it is down it is down for every replica at once,
+so taking this replica out of rotation routes nothing to a healthier one, it only turns
+a partial outage (calls that do not need the part still succeed) into a full one.
+`readiness_shared_dependencies` decides: `ignore` (the default) keeps the replica ready
+and reports the part as `degraded`; `fail` makes it unready like a local part.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from service.ops.logs import REDACTOR
-from service.setting import check_section, port, setting
+from service.setting import check_section, one_of, port, setting
 
 log = logging.getLogger("service.readiness")
 
 Check = Callable[[], Awaitable[object]]  # raises (or times out) when the part is unreachable
 CHECK_INTERVAL_SECONDS = 2.0
 CHECK_TIMEOUT_SECONDS = 2.0
+SHARED_POLICIES = ("ignore", "fail")
 
 
 class Unreachable(Exception):
@@ -46,22 +54,41 @@ def from_health(health: Callable[[], Awaitable[str | None]]) -> Check:
 
 class Readiness:
     def __init__(
-        self, interval: float = CHECK_INTERVAL_SECONDS, timeout: float = CHECK_TIMEOUT_SECONDS
+        self,
+        interval: float = CHECK_INTERVAL_SECONDS,
+        timeout: float = CHECK_TIMEOUT_SECONDS,
+        shared_policy: str = "fail",
     ) -> None:
         self.interval = interval
         self.timeout = timeout
+        self.shared_policy = shared_policy  # "fail" or "ignore" (readiness_shared_dependencies)
         self.checks: dict[str, Check] = {}
+        self.shared: set[str] = set()  # parts every replica shares
         self.failing: dict[str, str] = {}  # part -> why (for the log; probes show only names)
+        self._ready = True
         self._task: asyncio.Task[None] | None = None
         self._on_change: Callable[[bool], Awaitable[None]] | None = None
 
-    def add(self, name: str, check: Check) -> None:
-        """Require `name` to be reachable for the replica to be ready."""
+    def add(self, name: str, check: Check, *, shared: bool = False) -> None:
+        """Require `name` to be reachable for the replica to be ready (`shared`: a part
+        every replica uses, which counts only under the `fail` policy)."""
         self.checks[name] = check
+        if shared:
+            self.shared.add(name)
 
     @property
     def ready(self) -> bool:
-        return not self.failing
+        return self._ready
+
+    @property
+    def degraded(self) -> list[str]:
+        """Unreachable shared parts that do not count against readiness (`ignore`)."""
+        if self.shared_policy != "ignore":
+            return []
+        return sorted(name for name in self.failing if name in self.shared)
+
+    def _counts(self, name: str) -> bool:
+        return self.shared_policy != "ignore" or name not in self.shared
 
     async def refresh(self) -> bool:
         """Run every check once (concurrently); True when all passed."""
@@ -72,9 +99,19 @@ class Readiness:
         was = self.ready
         before = dict(self.failing)
         self.failing = {name: why for name, why in zip(names, results, strict=True) if why}
+        self._ready = not any(self._counts(name) for name in self.failing)
         for name, why in self.failing.items():
-            if name not in before:
+            if name in before:
+                continue
+            if self._counts(name):
                 log.warning("not ready: %s is unreachable (%s)", name, why)
+            else:
+                log.warning(
+                    "degraded: %s is unreachable (%s); still ready, as every replica shares "
+                    "it (readiness_shared_dependencies = ignore)",
+                    name,
+                    why,
+                )
         for name in before:
             if name not in self.failing:
                 log.info("ready again: %s is reachable", name)
@@ -118,7 +155,7 @@ class Readiness:
 
 @dataclass
 class ProbeSettings:
-    """Where the health probes are served besides the gateway ([Deployment](deployment.md))."""
+    """Where the health probes are served besides the gateway, and what readiness needs ([Deployment](deployment.md), [Operations: readiness](operations.md#readiness))."""
 
     probe_port: int = setting(
         -1,
@@ -130,6 +167,15 @@ class ProbeSettings:
     probe_host: str = setting(
         "127.0.0.1",
         "address of the `probe_port` listener (loopback by default; the pod IP for kubelet probes)",
+    )
+    readiness_shared_dependencies: str = setting(
+        "ignore",
+        "whether a part every replica shares (a PostgreSQL store, the Redis bus, a "
+        "`redis-streams` push queue) being unreachable makes `/health/ready` 503 and gRPC "
+        "health NOT_SERVING: `ignore` (the replica stays ready and `/health/ready` lists it "
+        "as `degraded`: unready on every replica at once would be a full outage) or `fail`; "
+        "local parts (SQLite, `local-file`) always count",
+        check=one_of(SHARED_POLICIES, "ignore or fail"),
     )
 
 

@@ -39,7 +39,7 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from tests.conftest import user_message
 from tests.pg_util import admin, create_database, drop_database
-from tests.process import ServerProcess, children_of, free_port
+from tests.process import ServerProcess, children_of, free_port, is_ready_line
 from tests.push_util import Receiver, eventually
 from tests.redis_util import OwnRedis
 
@@ -286,7 +286,7 @@ async def test_nothing_is_lost_across_kills_and_outages_of_every_part(rig):
     try:
 
         async def both_ready() -> bool:
-            return sum(line.startswith("A2A service ready") for line in cluster.output) >= 2
+            return sum(is_ready_line(line) for line in cluster.output) >= 2
 
         await eventually(both_ready, 60, "both workers ready")
         outcomes = Outcomes()

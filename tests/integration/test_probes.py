@@ -105,6 +105,7 @@ async def test_ready_follows_the_push_queue_while_live_stays_200(start_service, 
         push_queue="redis-streams",
         push_redis_url=redis.url,
         push_redis_prefix="test-probes",
+        readiness_shared_dependencies="fail",  # the default ignores a shared part
     )
     base = f"http://127.0.0.1:{service.http_port}"
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:

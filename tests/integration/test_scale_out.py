@@ -23,7 +23,7 @@ from google.protobuf import json_format
 from service.engine.registry import RESTART_MESSAGE
 from tests.conftest import user_message
 from tests.pg_util import create_database, cut_access, drop_database, restore_access
-from tests.process import ServerProcess, children_of, free_port, run_serve
+from tests.process import ServerProcess, children_of, free_port, is_ready_line, run_serve
 from tests.redis_util import OwnRedis
 
 V1 = {"A2A-Version": "1.0"}
@@ -455,7 +455,7 @@ async def test_two_workers_share_the_ports_and_behave_as_one(cluster):
     workers = await cluster.start("--workers", "2")  # ready when the first one is
 
     async def both_ready() -> bool:
-        return sum(line.startswith("A2A service ready") for line in workers.output) == 2
+        return sum(is_ready_line(line) for line in workers.output) == 2
 
     await _wait_for(both_ready, "both workers to be ready", detail=workers.output_so_far)
     for i in range(20):  # new connections each time: the kernel spreads them over the workers
@@ -472,7 +472,7 @@ async def test_any_worker_serves_a_file_another_worker_stored(cluster):
     workers = await cluster.start("--workers", "2")
 
     async def both_ready() -> bool:
-        return sum(line.startswith("A2A service ready") for line in workers.output) == 2
+        return sum(is_ready_line(line) for line in workers.output) == 2
 
     await _wait_for(both_ready, "both workers to be ready", detail=workers.output_so_far)
     async with httpx.AsyncClient(base_url=workers.base, timeout=30) as http:
@@ -494,7 +494,7 @@ async def test_a_worker_that_dies_is_started_again(cluster):
     workers = await cluster.start("--workers", "2")
 
     def ready_lines() -> int:
-        return sum(line.startswith("A2A service ready") for line in workers.output)
+        return sum(is_ready_line(line) for line in workers.output)
 
     async def ready(count: int):
         async def check() -> bool:

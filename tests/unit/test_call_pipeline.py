@@ -97,6 +97,9 @@ class FakeContext:
     def invocation_metadata(self):
         return self.metadata
 
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:40000"
+
     async def abort_with_status(self, status) -> None:
         raise Aborted(status)
 
