@@ -39,45 +39,6 @@ def v03_status(err: A2AError) -> grpc.Status:
     return error_status(err, t.error_message(err))
 
 
-def _same(message: Any) -> Any:
-    return message
-
-
-def _no_card_request(request: Any) -> pb.GetExtendedAgentCardRequest:
-    return pb.GetExtendedAgentCardRequest()
-
-
-# v0.3 RPC -> (the A2AApi method, request in, answer out)
-ROUTES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "SendMessage": ("SendMessage", t.send_request_in, t.send_response_out),
-    "SendStreamingMessage": ("SendStreamingMessage", t.send_request_in, t.stream_out),
-    "GetTask": ("GetTask", t.get_task_in, t.task_out),
-    "CancelTask": ("CancelTask", t.cancel_task_in, t.task_out),
-    "TaskSubscription": ("SubscribeToTask", t.subscribe_in, t.stream_out),
-    "CreateTaskPushNotificationConfig": (
-        "CreateTaskPushNotificationConfig",
-        t.create_config_in,
-        t.task_config_out,
-    ),
-    "GetTaskPushNotificationConfig": (
-        "GetTaskPushNotificationConfig",
-        t.get_config_in,
-        t.task_config_out,
-    ),
-    "ListTaskPushNotificationConfig": (
-        "ListTaskPushNotificationConfigs",
-        t.list_configs_in,
-        t.list_configs_out,
-    ),
-    "GetAgentCard": ("GetExtendedAgentCard", _no_card_request, t.card_out),
-    "DeleteTaskPushNotificationConfig": (
-        "DeleteTaskPushNotificationConfig",
-        t.delete_config_in,
-        _same,
-    ),
-}
-
-
 def _card(
     api: A2AApi,
 ) -> Callable[[pb.GetExtendedAgentCardRequest, CallContext], Awaitable[pb.AgentCard]]:
@@ -101,7 +62,7 @@ def make_v03_servicer(
     binding = Binding(pipeline or Pipeline(), calls or CallLimit(), ACCESS_BINDING, SERVICE_NAME)
     methods: dict[str, Callable[..., Any]] = {}
     for method in SERVICE.methods:
-        target, request_in, reply_out = ROUTES[method.name]
+        target, request_in, reply_out = t.ROUTES[method.name]
         handler = _card(api) if method.name == "GetAgentCard" else getattr(api, target)
         if method.server_streaming:
             edge = Edge(request_in, reply_out, v03_status, ends_stream)

@@ -23,7 +23,8 @@ The v0.3 gRPC and REST bindings translate at their edge with these functions, so
 from __future__ import annotations
 
 import re
-from typing import TypeVar, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from google.protobuf.message import Message as ProtoMessage
 
@@ -363,9 +364,11 @@ def subscribe_in(request: v03.TaskSubscriptionRequest) -> pb.SubscribeToTaskRequ
 def create_config_in(
     request: v03.CreateTaskPushNotificationConfigRequest,
 ) -> pb.TaskPushNotificationConfig:
-    """The task from `parent` (or the config's own name); the id from `config_id`, else the
-    config's `name` or its `id`."""
-    task_id = task_id_of(request.parent, "parent") if request.parent else ""
+    """The task from `parent` (`tasks/{id}`, or the REST route's collection
+    `tasks/{id}/pushNotificationConfigs`) or else the config's own name; the id from
+    `config_id`, else the config's `name`, else its `id`."""
+    parent = request.parent.removesuffix("/pushNotificationConfigs")  # REST: the collection
+    task_id = task_id_of(parent, "parent") if parent else ""
     config = request.config
     named_task, named_id = config_ids_of(config.name, "config.name") if config.name else ("", "")
     out = push_config_in(config.push_notification_config, task_id or named_task)
@@ -446,6 +449,50 @@ def card_out(card: pb.AgentCard, *, extended: bool = False) -> v03.AgentCard:
     for name, scheme in card.security_schemes.items():
         out.security_schemes[name].CopyFrom(_same_wire(scheme, v03.SecurityScheme))
     return out
+
+
+# ---- the RPCs ---------------------------------------------------------------------------
+
+
+def _same(message: M) -> M:
+    return message
+
+
+def _card_request(request: object) -> pb.GetExtendedAgentCardRequest:
+    return pb.GetExtendedAgentCardRequest()
+
+
+# v0.3 RPC -> (the 1.0 RPC / A2AApi method that serves it, its request in, its answer out:
+# the answer, or each event of a stream). GetAgentCard is served by GetExtendedAgentCard,
+# or by the public card when no extended one is configured (the binding's choice).
+ROUTES: dict[str, tuple[str, Callable[[Any], ProtoMessage], Callable[[Any], ProtoMessage]]] = {
+    "SendMessage": ("SendMessage", send_request_in, send_response_out),
+    "SendStreamingMessage": ("SendStreamingMessage", send_request_in, stream_out),
+    "GetTask": ("GetTask", get_task_in, task_out),
+    "CancelTask": ("CancelTask", cancel_task_in, task_out),
+    "TaskSubscription": ("SubscribeToTask", subscribe_in, stream_out),
+    "CreateTaskPushNotificationConfig": (
+        "CreateTaskPushNotificationConfig",
+        create_config_in,
+        task_config_out,
+    ),
+    "GetTaskPushNotificationConfig": (
+        "GetTaskPushNotificationConfig",
+        get_config_in,
+        task_config_out,
+    ),
+    "ListTaskPushNotificationConfig": (
+        "ListTaskPushNotificationConfigs",
+        list_configs_in,
+        list_configs_out,
+    ),
+    "GetAgentCard": ("GetExtendedAgentCard", _card_request, card_out),
+    "DeleteTaskPushNotificationConfig": (
+        "DeleteTaskPushNotificationConfig",
+        delete_config_in,
+        _same,
+    ),
+}
 
 
 # ---- errors ---------------------------------------------------------------------------

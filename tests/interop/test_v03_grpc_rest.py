@@ -19,7 +19,7 @@ from a2a.utils import errors as sdk_errors
 from gen import a2a_pb2 as pb
 from tests.conftest import user_message
 
-BINDINGS = ["GRPC"]
+BINDINGS = ["GRPC", "HTTP+JSON"]
 EXTENDED_SKILLS = [{"id": "more", "name": "More", "description": "extra", "tags": ["t"]}]
 
 
