@@ -278,3 +278,124 @@ async def test_tasks_are_shared_with_1_0(v03):
         seen_v03 = await v03.unary.get_task(sdk.GetTaskRequest(id=made_v10.task.id))
         assert seen_v03.artifacts[0].parts[0].text == "echo from 1.0"
         assert seen_v03.status.state == sdk.TASK_STATE_COMPLETED
+
+
+# --- raw requests: negotiation, /v1 never a tenant, either field spelling -----------------
+
+
+@pytest.fixture
+async def raw(start_service):
+    service = await start_service(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as http:
+        yield SimpleNamespace(http=http, service=service)
+
+
+V03_BODY = {
+    "message": {"messageId": "m1", "role": "ROLE_USER", "content": [{"text": "echo plain"}]}
+}
+
+
+@pytest.mark.parametrize("version", [None, "0.3", "1.0"])
+async def test_v1_paths_are_v03_and_never_a_tenant(raw, version):
+    headers = {"A2A-Version": version} if version else {}
+    reply = await raw.http.post("/v1/message:send", json=V03_BODY, headers=headers)
+    assert reply.status_code == 200, reply.text
+    task = reply.json()["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["history"][0]["content"][0]["text"] == "echo plain"
+    # The task lives in the default tenant: 1.0 finds it there, and tenant v1 is refused.
+    seen = await raw.http.get(f"/tasks/{task['id']}", headers={"A2A-Version": "1.0"})
+    assert seen.status_code == 200 and seen.json()["id"] == task["id"]
+    listed = await raw.http.get("/v1/tasks", headers={"A2A-Version": "1.0"})
+    assert listed.status_code == 404  # a v0.3 path with no v0.3 operation, not ListTasks of v1
+
+
+async def test_tenant_v1_is_reserved_on_1_0_bindings(raw):
+    from gen import a2a_pb2_grpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{raw.service.grpc_port}") as channel:
+        stub = a2a_pb2_grpc.A2AServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.SendMessage(pb.SendMessageRequest(tenant="v1", message=user_message("x")))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "reserved" in caught.value.details()
+
+
+async def test_proto_field_names_in_body_and_query(raw):
+    body = {
+        "request": {
+            "message_id": "m2",
+            "role": "ROLE_USER",
+            "content": [
+                {"text": "echo named"},
+                {"file": {"file_with_bytes": "aGk=", "mime_type": "text/plain", "name": "f"}},
+            ],
+        },
+        "configuration": {"blocking": True, "history_length": 0},
+    }
+    reply = await raw.http.post("/v1/message:send", json=body)
+    assert reply.status_code == 200, reply.text
+    task = reply.json()["task"]
+    file_part = task["history"][0]["content"][1]["file"]
+    assert file_part == {"fileWithBytes": "aGk=", "mimeType": "text/plain", "name": "f"}
+    for query in ("history_length=1", "historyLength=1"):
+        got = await raw.http.get(f"/v1/tasks/{task['id']}?{query}")
+        assert got.status_code == 200 and len(got.json()["history"]) == 1
+
+
+async def test_canceled_state_is_spelled_cancelled(raw):
+    body = {"message": {"messageId": "m3", "role": "ROLE_USER", "content": [{"text": "hang"}]}}
+    body["configuration"] = {"blocking": False}
+    task = (await raw.http.post("/v1/message:send", json=body)).json()["task"]
+    canceled = await raw.http.post(f"/v1/tasks/{task['id']}:cancel", json={})
+    assert canceled.json()["status"]["state"] == "TASK_STATE_CANCELLED"
+
+
+async def test_v03_rest_error_names_the_error(raw):
+    reply = await raw.http.get("/v1/tasks/missing")
+    assert reply.status_code == 404
+    body = reply.json()
+    assert body["type"] == "TaskNotFoundError" and body["error"]["status"] == "NOT_FOUND"
+
+
+async def test_version_the_v03_binding_refuses(raw):
+    reply = await raw.http.post("/v1/message:send", json=V03_BODY, headers={"A2A-Version": "0.2"})
+    assert reply.status_code == 400 and reply.json()["type"] == "VersionNotSupportedError"
+
+
+async def test_v03_stub_version_metadata(raw):
+    """A v0.3 gRPC stub with or without `a2a-version: 0.3` is served; 0.2 is refused in the
+    form v0.3 clients parse."""
+    from gen import a2a_v0_3_pb2 as v03
+    from gen import a2a_v0_3_pb2_grpc
+
+    request = v03.SendMessageRequest(
+        request=v03.Message(message_id="m", role=v03.ROLE_USER, content=[v03.Part(text="echo")])
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{raw.service.grpc_port}") as channel:
+        stub = a2a_v0_3_pb2_grpc.A2AServiceStub(channel)
+        for metadata in ((), (("a2a-version", "0.3"),)):
+            reply = await stub.SendMessage(request, metadata=metadata)
+            assert reply.task.status.state == v03.TASK_STATE_COMPLETED
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.SendMessage(request, metadata=(("a2a-version", "0.2"),))
+        assert caught.value.details().startswith("VersionNotSupportedError: ")
+
+
+def test_grpcurl_lists_and_describes_the_v03_service(tmp_path):
+    from tests.interop.test_grpcurl import grpcurl
+    from tests.process import ServerProcess
+
+    proc = ServerProcess(
+        "--store", f"sqlite:{tmp_path / 'tasks.db'}", "--agent", "tests.agents:ScriptedAgent"
+    ).start()
+    try:
+        out = grpcurl(proc, "list")
+        assert out.returncode == 0, out.stderr
+        assert {"a2a.v1.A2AService", "lf.a2a.v1.A2AService"} <= set(out.stdout.split())
+        described = grpcurl(proc, "describe", "a2a.v1.A2AService")
+        assert described.returncode == 0 and "TaskSubscription" in described.stdout
+        health = grpcurl(proc, "grpc.health.v1.Health/Check", data={"service": "a2a.v1.A2AService"})
+        assert health.returncode == 0 and "SERVING" in health.stdout, health.stderr
+    finally:
+        proc.stop()
