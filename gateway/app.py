@@ -9,6 +9,7 @@
                                         a stored file artifact, to its task's owner (files.py)
     GET  /metrics                       Prometheus text, with `metrics_endpoint` (behind the guard,
                                         counted by the caller's rate limit)
+    *    /v1/...                        REST v0.3, routed by the v0.3 proto's HttpRules (rest_v03.py)
     *    anything else                  REST, routed by the proto's HttpRules (rest.py)
 
 JSON-RPC and REST sit behind the guard of auth.py, which resolves the caller once
@@ -43,6 +44,9 @@ from gateway.jsonrpc_http import JsonRpcEndpoint
 from gateway.jwks import JwksEndpoint
 from gateway.params import Caller
 from gateway.rest import RestEndpoint
+from gateway.rest_v03 import ACCESS_BINDING as REST_V03
+from gateway.rest_v03 import PREFIX as V03_PREFIX
+from gateway.rest_v03 import RestV03Endpoint
 from service.auth import Authenticator
 from service.calls.admission import DOWNLOAD
 from service.calls.pipeline import Pipeline
@@ -110,12 +114,18 @@ def build_app(
         pipeline = Pipeline(authenticator=auth, forward_credentials=forward_credentials)
     jsonrpc = JsonRpcEndpoint(invoker, service, options, pipeline)
     rest = RestEndpoint(invoker, service, options, pipeline)
+    rest_v03 = RestV03Endpoint(invoker, options, pipeline, card)
     http_auth = HttpAuth(pipeline)
     guard = http_auth.guard
     routes = [
         Route("/", a2a_route("jsonrpc", jsonrpc.handle, pipeline, http_auth), methods=ALL_METHODS),
         Route(WELL_KNOWN_PATH, CardEndpoint(card, card_max_age).handle, methods=ALL_METHODS),
         *health_routes(is_serving, readiness),
+        Route(  # v0.3 owns /v1: never a tenant of the 1.0 routes below
+            V03_PREFIX + "/{path:path}",
+            a2a_route(REST_V03, rest_v03.handle, pipeline, http_auth),
+            methods=ALL_METHODS,
+        ),
         Route(
             "/{path:path}", a2a_route("rest", rest.handle, pipeline, http_auth), methods=ALL_METHODS
         ),

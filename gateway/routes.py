@@ -30,7 +30,7 @@ class Segment:
 
     literal: str | None  # None for wildcards
     wildcard: str = ""  # "*" or "**"
-    variable: str = ""  # dotted field path this segment fills ('' = not captured)
+    variable: str = ""  # dotted field path this segment is part of ('' = not captured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class Route:
 
     @property
     def variables(self) -> tuple[str, ...]:
-        return tuple(s.variable for s in self.segments if s.variable)
+        return tuple(dict.fromkeys(s.variable for s in self.segments if s.variable))
 
     def match(self, parts: list[str], verb: str) -> dict[str, str] | None:
         """Path variables (field path -> decoded value) if the segments match, else None."""
@@ -69,6 +69,8 @@ class Route:
             if seg.literal is not None:
                 if part != seg.literal:
                     return None
+                if seg.variable:
+                    values.setdefault(seg.variable, []).append(part)
             elif not part:
                 return None  # a variable never matches an empty segment
             elif seg.variable:
@@ -96,17 +98,15 @@ def _parse_template(template: str) -> tuple[tuple[Segment, ...], str]:
         if raw.startswith("{") and raw.endswith("}"):
             name, _, sub = raw[1:-1].partition("=")
             sub_parts = sub.split("/") if sub else ["*"]
-            for k, piece in enumerate(sub_parts):
-                # Only the first segment of a multi-segment variable records the name.
-                var = name if k == 0 else ""
+            for piece in sub_parts:
+                # Every segment of a variable records its name: the variable's value is the
+                # matched path, literals included (`{name=tasks/*}` -> "tasks/abc").
                 if piece in ("*", "**"):
-                    segments.append(Segment(None, piece, var))
+                    segments.append(Segment(None, piece, name))
+                elif not piece or "{" in piece or "}" in piece:
+                    raise TemplateError(f"template {template!r}: bad segment {piece!r} in {name}")
                 else:
-                    if var:
-                        raise TemplateError(
-                            f"template {template!r}: variable {name} must start with a wildcard"
-                        )
-                    segments.append(Segment(piece))
+                    segments.append(Segment(piece, "", name))
         elif raw in ("*", "**"):
             segments.append(Segment(None, raw))
         elif "{" in raw or "}" in raw or not raw:

@@ -1,8 +1,9 @@
-"""`make gen`: compile proto/a2a.proto into gen/ with grpcio-tools.
+"""`make gen`: compile proto/a2a.proto (1.0) and proto/a2a_v0_3.proto (v0.3) into gen/.
 
 Two steps instead of one plain protoc call, so that the embedded descriptor is
 byte-identical to the one a2a-sdk ships and both can live in one process (the
-protobuf runtime refuses a second `a2a.proto` that differs by a single byte):
+protobuf runtime refuses a second `a2a.proto` that differs by a single byte; the
+same holds for the v0.3 contract, `a2a_v0_3.proto`, a2a-sdk's compat copy):
 
 1. protoc writes a descriptor set; that form carries each field's `json_name`.
 2. The set is fed back to protoc for code generation, with the dependency's
@@ -32,6 +33,8 @@ from grpc_tools import protoc
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 PROTO_FILE = "a2a.proto"
+V03_PROTO_FILE = "a2a_v0_3.proto"
+PROTO_FILES = (PROTO_FILE, V03_PROTO_FILE)
 
 
 def _include_dirs() -> list[str]:
@@ -58,7 +61,13 @@ def descriptor_set(include_source_info: bool = False) -> descriptor_pb2.FileDesc
         includes = [f"-I{d}" for d in _include_dirs()]
         extra = ["--include_source_info"] if include_source_info else []
         _run_protoc(
-            [*includes, "--include_imports", *extra, f"--descriptor_set_out={out}", PROTO_FILE]
+            [
+                *includes,
+                "--include_imports",
+                *extra,
+                f"--descriptor_set_out={out}",
+                *PROTO_FILES,
+            ]
         )
         fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
     for file in fds.file:
@@ -80,14 +89,16 @@ def generate(out_dir: pathlib.Path) -> None:
                 f"--python_out={out_dir}",
                 f"--pyi_out={out_dir}",
                 f"--grpc_python_out={out_dir}",
-                PROTO_FILE,
+                *PROTO_FILES,
             ]
         )
-    grpc_module = out_dir / "a2a_pb2_grpc.py"
-    text = grpc_module.read_text()
-    grpc_module.write_text(text.replace("import a2a_pb2 as", "from gen import a2a_pb2 as"))
+    for proto in PROTO_FILES:
+        module = proto.removesuffix(".proto") + "_pb2"
+        grpc_module = out_dir / f"{module}_grpc.py"
+        text = grpc_module.read_text()
+        grpc_module.write_text(text.replace(f"import {module} as", f"from gen import {module} as"))
     (out_dir / "__init__.py").write_text(
-        '"""Generated from proto/a2a.proto by `make gen`. Do not edit."""\n'
+        '"""Generated from proto/a2a.proto and proto/a2a_v0_3.proto by `make gen`. Do not edit."""\n'
     )
 
 

@@ -19,6 +19,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -34,7 +35,7 @@ from service.auth.schemes import CallMetadata, call_metadata
 from service.calls.pipeline import Pipeline
 from service.calls.record import CANCELLED, OK, Call
 from service.net.limits import CallLimit
-from service.protocol.errors import InvalidRequestError
+from service.protocol.errors import A2AError, InvalidRequestError
 from service.protocol.grpc_status import error_status
 from service.telemetry import names
 
@@ -73,39 +74,74 @@ def _decoded(request: ProtoMessage | Undecodable) -> ProtoMessage:
     return request
 
 
-class _Binding:
-    """What every generated method shares: the pipeline, and the binding's own limit on
-    calls in flight (taken before anything else, so a flood costs no authentication)."""
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """How a binding of another A2A version meets the A2AApi (grpc_v03.py): its request
+    as the API's, the API's answer (or each event of a stream) as its own, an error as
+    its status, and after which API event its stream ends (None: when the API's does).
+    The 1.0 binding has none: the API speaks its messages."""
 
-    __slots__ = ("pipeline", "calls")
+    request: Callable[[Any], ProtoMessage]
+    reply: Callable[[Any], ProtoMessage]
+    status: Callable[[A2AError], grpc.Status] = error_status
+    ends: Callable[[Any], bool] | None = None
 
-    def __init__(self, pipeline: Pipeline, calls: CallLimit) -> None:
+
+class Binding:
+    """What every generated method shares: the pipeline, the binding's own limit on calls
+    in flight (taken before anything else, so a flood costs no authentication; one limit
+    for every service on the server), and the names its calls are recorded under."""
+
+    __slots__ = ("pipeline", "calls", "name", "service")
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        calls: CallLimit,
+        name: str = ACCESS_BINDING,
+        service: str = SERVICE_NAME,
+    ) -> None:
         self.pipeline = pipeline
         self.calls = calls
+        self.name = name  # in access lines; a v0.3 binding's ends with "-v0.3"
+        self.service = service  # the gRPC service, on the call's span
 
     async def enter(
-        self, call: Call, metadata: CallMetadata, request: ProtoMessage | Undecodable
+        self,
+        call: Call,
+        metadata: CallMetadata,
+        request: ProtoMessage | Undecodable,
+        edge: Edge | None = None,
     ) -> tuple[ProtoMessage, CallContext]:
-        """Authentication, the request's decoding, the interceptors (the call holds a slot
-        of the call limit by now)."""
+        """Authentication, the request's decoding (and, on another version's binding, its
+        translation: a request that does not translate is refused like one that does not
+        parse), the interceptors (the call holds a slot of the call limit by now)."""
         if not isinstance(request, Undecodable):
             call.saw(request)
         pipeline = self.pipeline
         principal = await pipeline.authenticate(call, metadata)
         message = _decoded(request)  # after authentication: an unknown caller learns nothing
+        if edge is not None:
+            message = edge.request(message)
         context = CallContext(metadata=metadata, principal=principal)
         await pipeline.admit(call, context, message)
         return message, context
 
 
-def _unary(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Awaitable[Any]]:
-    handler = getattr(api, name)
+def unary_method(
+    name: str,
+    handler: Callable[[Any, CallContext], Awaitable[Any]],
+    binding: Binding,
+    edge: Edge | None = None,
+) -> Callable[..., Awaitable[Any]]:
+    """The servicer method `name`: the pipeline around `handler` (an A2AApi method)."""
     pipeline = binding.pipeline
+    status = edge.status if edge is not None else error_status
 
     async def method(self: object, request: Any, context: grpc.aio.ServicerContext) -> Any:
         metadata = metadata_of(context)
         call = pipeline.open(
-            ACCESS_BINDING, name, span_binding=names.GRPC, carrier=metadata, service=SERVICE_NAME
+            binding.name, name, span_binding=names.GRPC, carrier=metadata, service=binding.service
         )
         logged = call.logged
         if logged:
@@ -115,17 +151,18 @@ def _unary(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Awaitable
         try:
             calls.take()
             held = True
-            message, ctx = await binding.enter(call, metadata, request)
+            message, ctx = await binding.enter(call, metadata, request, edge)
             response = await handler(message, ctx)
             call.replied(response)
+            reply = response if edge is None else edge.reply(response)
             call.status = OK
             if logged:
-                call.bytes = response.ByteSize()
-            return response
+                call.bytes = reply.ByteSize()
+            return reply
         except Exception as exc:  # every failure leaves as a typed status
             err = pipeline.failed(call, exc, name)
             call.status = err.grpc_status
-            await context.abort_with_status(error_status(err))
+            await context.abort_with_status(status(err))
         except asyncio.CancelledError:  # the caller went away
             call.cancelled()
             call.status = CANCELLED
@@ -139,16 +176,23 @@ def _unary(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Awaitable
     return method
 
 
-def _streaming(name: str, api: A2AApi, binding: _Binding) -> Callable[..., AsyncIterator[Any]]:
-    handler = getattr(api, name)
+def streaming_method(
+    name: str,
+    handler: Callable[[Any, CallContext], Awaitable[Any]],
+    binding: Binding,
+    edge: Edge | None = None,
+) -> Callable[..., AsyncIterator[Any]]:
+    """The server-streaming servicer method `name`: the pipeline around `handler`."""
     pipeline = binding.pipeline
+    status = edge.status if edge is not None else error_status
+    ends = edge.ends if edge is not None else None
 
     async def method(
         self: object, request: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
         metadata = metadata_of(context)
         call = pipeline.open(
-            ACCESS_BINDING, name, span_binding=names.GRPC, carrier=metadata, service=SERVICE_NAME
+            binding.name, name, span_binding=names.GRPC, carrier=metadata, service=binding.service
         )
         logged = call.logged
         if logged:
@@ -158,19 +202,29 @@ def _streaming(name: str, api: A2AApi, binding: _Binding) -> Callable[..., Async
         try:
             calls.take()
             held = True
-            message, ctx = await binding.enter(call, metadata, request)
+            message, ctx = await binding.enter(call, metadata, request, edge)
             events = await handler(message, ctx)
             call.streaming()
-            async for event in events:
-                call.event(event)
-                if logged:
-                    call.bytes += event.ByteSize()
-                yield event
+            if edge is None:
+                async for event in events:
+                    call.event(event)
+                    if logged:
+                        call.bytes += event.ByteSize()
+                    yield event
+            else:
+                async for event in events:
+                    call.event(event)
+                    reply = edge.reply(event)
+                    if logged:
+                        call.bytes += reply.ByteSize()
+                    yield reply
+                    if ends is not None and ends(event):
+                        break
             call.status = OK
         except Exception as exc:
             err = pipeline.failed(call, exc, name)
             call.status = err.grpc_status
-            await context.abort_with_status(error_status(err))
+            await context.abort_with_status(status(err))
         except asyncio.CancelledError:  # the caller went away
             call.cancelled()
             call.status = CANCELLED
@@ -189,9 +243,11 @@ def make_servicer(
 ) -> a2a_pb2_grpc.A2AServiceServicer:
     """A servicer instance whose methods are generated from the service descriptor, each
     running `pipeline` (default: no authentication, interceptors, access log or spans)."""
-    binding = _Binding(pipeline or Pipeline(), calls or CallLimit())
+    binding = Binding(pipeline or Pipeline(), calls or CallLimit())
     methods = {
-        m.name: (_streaming if m.server_streaming else _unary)(m.name, api, binding)
+        m.name: (streaming_method if m.server_streaming else unary_method)(
+            m.name, getattr(api, m.name), binding
+        )
         for m in SERVICE.methods
     }
     cls = type("A2AServicer", (a2a_pb2_grpc.A2AServiceServicer,), methods)
@@ -245,18 +301,23 @@ def _refusing_undecodable(behavior: Handler) -> Handler:
 
 
 def add_servicer(
-    servicer: Any, server: grpc.aio.Server, service: ServiceDescriptor = SERVICE
+    servicer: Any,
+    server: grpc.aio.Server,
+    service: ServiceDescriptor = SERVICE,
+    *,
+    pipelined: bool | None = None,
 ) -> None:
-    """`add_<Service>Servicer_to_server` (the A2A service by default; also the public health
-    service) with tolerant request parsing: bytes that are not a valid message reach the
-    A2A servicer as `Undecodable` (its pipeline refuses them after authentication); other
-    services refuse them before their handler runs."""
+    """`add_<Service>Servicer_to_server` (the A2A service by default; also the v0.3 A2A
+    service and the public health service) with tolerant request parsing: bytes that are
+    not a valid message reach an A2A servicer (`pipelined`, by default the 1.0 service) as
+    `Undecodable` (its pipeline refuses them after authentication); other services refuse
+    them before their handler runs."""
     handlers = {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
         behavior = getattr(servicer, method.name)
-        if service is not SERVICE:
+        if not (service is SERVICE if pipelined is None else pipelined):
             behavior = _refusing_undecodable(behavior)
         make = (
             grpc.unary_stream_rpc_method_handler

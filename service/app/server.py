@@ -70,6 +70,8 @@ from service.engine.retention import (
     sweep_interval,
 )
 from service.grpc_binding import SERVICE, add_servicer, make_servicer
+from service.grpc_v03 import SERVICE as V03_SERVICE
+from service.grpc_v03 import make_v03_servicer
 from service.inputs.policy import policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net.limits import CallLimit, raise_nofile_limit
@@ -85,6 +87,8 @@ from service.telemetry.setup import Installed
 log = logging.getLogger("service")
 
 READY = "A2A service ready:"  # the start of the line `serve` announces readiness with
+# The A2A services on the gRPC server: 1.0 and v0.3 (service/grpc_v03.py).
+A2A_SERVICE_NAMES = (SERVICE.full_name, V03_SERVICE.full_name)
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"  # same messages as v1alpha, newer name
 # After SIGTERM, how long past `drain_seconds` closing the parts may take before the process
 # gives up on the one that is stuck and exits 1 (naming it), rather than hang until a KILL.
@@ -273,13 +277,19 @@ class Service:
         self.cards = self._cards(agent)
         self.api = self._api(engine, self.cards, blobs)
         assert self.pipeline is not None
+        calls = CallLimit(s.grpc_max_concurrent_calls)  # one limit for both versions
+        add_servicer(make_servicer(self.api, self.pipeline, calls), server)
         add_servicer(
-            make_servicer(self.api, self.pipeline, CallLimit(s.grpc_max_concurrent_calls)), server
+            make_v03_servicer(self.api, self.pipeline, calls), server, V03_SERVICE, pipelined=True
         )
         self.health = HealthServicer()
         add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
         _enable_reflection(
-            server, (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+            server,
+            (
+                *A2A_SERVICE_NAMES,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            ),
         )
         self.grpc_server = await stack.enter_async_context(parts.grpc_serving(server))
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
@@ -528,7 +538,7 @@ class Service:
         """The whole server ("") and the A2A service; the health service itself always
         answers, so a checker tells "not ready" from "not there"."""
         assert self.health is not None
-        for name in ("", SERVICE.full_name):
+        for name in ("", *A2A_SERVICE_NAMES):
             await self.health.set(name, status)
 
     async def stop(self) -> None:

@@ -60,7 +60,11 @@ class VersionCheck:
         if call.method == DOWNLOAD:
             return
         version = context.version
-        if version != "1.0" and not is_supported_version(version):
+        if (
+            version != "1.0"
+            and not is_supported_version(version)
+            and not (version == "0.3" and call.binding.endswith("-v0.3"))  # a v0.3 codec's call
+        ):
             supported = ", ".join(SUPPORTED_VERSIONS)
             raise VersionNotSupportedError(
                 f"A2A version {version!r} is not supported; supported: {supported}. "

@@ -12,8 +12,9 @@ from grpc_status import rpc_status
 from service.protocol.errors import A2AError, error_details
 
 
-def error_status(err: A2AError) -> grpc.Status:
-    """A2AError -> gRPC status with google.rpc.ErrorInfo (and BadRequest) details."""
+def error_status(err: A2AError, message: str | None = None) -> grpc.Status:
+    """A2AError -> gRPC status with google.rpc.ErrorInfo (and BadRequest) details; `message`
+    replaces the error's own (the v0.3 binding names the error in it)."""
     details = []
     for detail in error_details(err):
         packed = any_pb2.Any()
@@ -21,7 +22,11 @@ def error_status(err: A2AError) -> grpc.Status:
         details.append(packed)
     code = grpc.StatusCode[err.grpc_status]
     return rpc_status.to_status(
-        status_pb2.Status(code=code.value[0], message=err.message, details=details)
+        status_pb2.Status(
+            code=code.value[0],
+            message=err.message if message is None else message,
+            details=details,
+        )
     )
 
 

@@ -81,11 +81,20 @@ def check_id(value: str, field: str, *, required: bool = False) -> None:
         raise invalid_field(field, ID_RULE)
 
 
+# Not tenant names: `/v1/...` paths belong to the v0.3 REST binding (gateway/rest_v03.py).
+RESERVED_TENANTS = frozenset({"v1"})
+
+
 def check_tenant(request: ProtoMessage) -> str:
     """The request's tenant (`tenant` field, or the `/{tenant}/...` REST path), checked like
-    the other ids: empty (no tenant) or 1-128 characters of letters, digits, `_ . : -`."""
+    the other ids: empty (no tenant) or 1-128 characters of letters, digits, `_ . : -`;
+    never a reserved name."""
     tenant = getattr(request, "tenant", "")
     check_id(tenant, "tenant")
+    if tenant in RESERVED_TENANTS:
+        raise invalid_field(
+            "tenant", f"{tenant!r} is reserved: /{tenant}/... is the A2A v0.3 REST binding"
+        )
     return tenant
 
 
