@@ -105,7 +105,7 @@ class VersionCheck:
         version = context.version
         if version == "1.0" or is_supported_version(version):
             return
-        where = f"{method} is an A2A 1.0 method" if method else "This is an A2A 1.0 call"
+        where = f"{method} is an A2A 1.0 method" if method else "this server speaks A2A 1.0"
         if not sent:
             reason = (
                 f"No A2A-Version was sent, so A2A {version} was assumed (A2A spec §3.6); "
@@ -117,10 +117,12 @@ class VersionCheck:
                 f"A2A version {version!r} is not supported by {method or 'this call'}; send "
                 "the header 'A2A-Version: 1.0' (gRPC metadata 'a2a-version')"
             )
-        if is_v03_version(version) and self.compat_v03:
+        if is_v03_version(version):
             reason += (
                 ", or use the A2A 0.3 methods (JSON-RPC message/send, ..., REST /v1/..., "
                 "gRPC a2a.v1.A2AService)"
+                if self.compat_v03
+                else "; A2A 0.3 is turned off on this server (compat_v03 = false)"
             )
         raise self._refusal(version, reason)
 

@@ -64,6 +64,13 @@ def add_v03_members(document: dict[str, Any], card: pb.AgentCard) -> dict[str, A
         {"url": i.url, "transport": i.protocol_binding} for i in interfaces
     ]
     document["supportsAuthenticatedExtendedCard"] = card.capabilities.extended_agent_card
+    # v0.3 requires these even when empty (ProtoJSON leaves empty lists out).
+    document.setdefault("capabilities", {})
+    for name in ("defaultInputModes", "defaultOutputModes", "skills"):
+        document.setdefault(name, [])
+    for skill in document["skills"]:
+        skill.setdefault("tags", [])
+        skill.setdefault("description", "")
     for scheme in document.get("securitySchemes", {}).values():
         scheme.update(openapi_scheme(scheme))
     requirements = document.get("securityRequirements")
