@@ -5,7 +5,9 @@ A card carries `{protected, signature}`, where `protected` is the base64url head
 `{"alg", "typ": "JOSE", "kid"[, "jku"]}` and the signature covers
 `protected || "." || base64url(payload)`; the payload is the card's JSON without
 `signatures`, with empty strings, arrays and objects left out (the form the a2a-sdk
-verifier rebuilds), serialized by RFC 8785 (JCS).
+verifier rebuilds), serialized by RFC 8785 (JCS). A card that also serves v0.3 clients
+(service/cards/v03.py) is signed over its 1.0 members, what 1.0 verifiers rebuild from
+the card they parse; its v0.3 members are copies of signed ones.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     decode_dss_signature,
     encode_dss_signature,
 )
+from google.protobuf import json_format
 
 from a2a_cards.keys import EC_ALGS, SigningError, SigningKey, b64url, b64url_decode
+from gen import a2a_pb2 as pb
 
 JWS_TYPE = "JOSE"
 
@@ -50,6 +54,19 @@ def canonical_json(document: Mapping[str, Any], *, drop_empty: bool = True) -> b
     if drop_empty:
         doc = _drop_empty(doc) or {}
     return rfc8785.dumps(doc)
+
+
+def v10_members(document: Mapping[str, Any]) -> bytes | None:
+    """The canonical payload of the card's 1.0 members only, as a 1.0 verifier rebuilds it
+    from the card it parsed (a2a-sdk's does): a card that also serves v0.3 clients carries
+    v0.3 members beside them (copies of signed ones), which this form leaves out. None
+    when the document is no AgentCard."""
+    card = pb.AgentCard()
+    try:
+        json_format.ParseDict(dict(document), card, ignore_unknown_fields=True)
+    except (json_format.ParseError, TypeError, ValueError, AttributeError):
+        return None
+    return canonical_json(json_format.MessageToDict(card))
 
 
 def _ecdsa_sign(
@@ -114,7 +131,8 @@ def protected_header(key: SigningKey, jku: str = "") -> str:
 class Verified:
     kid: str
     alg: str
-    form: str  # which payload form matched: "a2a-sdk" (empties left out) or "as served"
+    # which payload form matched: "a2a-sdk" (empties left out), "as served", or "1.0 members"
+    form: str
 
 
 def decode_header(protected: str) -> dict[str, Any]:
@@ -147,6 +165,9 @@ def verify_card_json(
         "a2a-sdk": canonical_json(document),
         "as served": canonical_json(document, drop_empty=False),
     }
+    members = v10_members(document)
+    if members is not None:
+        forms["1.0 members"] = members
     problems: list[str] = []
     for i, sig in enumerate(signatures):
         where = f"signatures[{i}]"

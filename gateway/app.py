@@ -1,6 +1,7 @@
 """The gateway's starlette application.
 
-    POST /                              JSON-RPC 2.0 (jsonrpc_http.py over jsonrpc.py)
+    POST /                              JSON-RPC 2.0 (jsonrpc_http.py over jsonrpc.py, and
+                                        v03_jsonrpc.py for A2A v0.3 clients)
     GET  /.well-known/agent-card.json   the public agent card (card.py)
     GET  /health, /health/live          {"status": "healthy"}; 503 while draining (health.py)
     GET  /health/ready                  also 503 while the store, bus or push queue is unreachable
@@ -95,6 +96,7 @@ def build_app(
     readiness: Readiness | None = None,
     metrics: Callable[[], bytes] | None = None,
     rate_limit: RateLimiter | None = None,
+    compat_v03: bool = False,
 ) -> Starlette:
     """`pipeline`: what every JSON-RPC and REST call runs (service.calls: authentication,
     interceptors, the access line and span); without one, `auth` says who may call (None:
@@ -104,7 +106,8 @@ def build_app(
     with the upstream). `reject_unknown_fields`: request JSON members that name no field
     are InvalidParams (else they are ignored). `readiness`: what `/health/ready`
     reports besides the drain (None: ready while serving). `rate_limit`: the API's limit per
-    principal, which `/metrics` counts against too (None: off, or kept upstream)."""
+    principal, which `/metrics` counts against too (None: off, or kept upstream).
+    `compat_v03`: A2A v0.3 clients are served too (JSON-RPC's slash-named methods)."""
     options = HttpOptions(
         keepalive_seconds=keepalive_seconds,
         max_body_bytes=max_body_bytes,
@@ -112,7 +115,7 @@ def build_app(
     )
     if pipeline is None:
         pipeline = Pipeline(authenticator=auth, forward_credentials=forward_credentials)
-    jsonrpc = JsonRpcEndpoint(invoker, service, options, pipeline)
+    jsonrpc = JsonRpcEndpoint(invoker, service, options, pipeline, compat_v03=compat_v03)
     rest = RestEndpoint(invoker, service, options, pipeline)
     rest_v03 = RestV03Endpoint(invoker, options, pipeline, card)
     http_auth = HttpAuth(pipeline)

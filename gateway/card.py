@@ -5,7 +5,9 @@ rendered once (it does not change while the process runs) and served with
 `Cache-Control: public, max-age=N`, a strong `ETag` (a hash of the exact bytes)
 and `Last-Modified` (when it was built). Conditional requests follow RFC 9110:
 `If-None-Match` (a list, `*`, weak `W/` tags -- weak comparison) answers 304;
-`If-Modified-Since` is consulted only when `If-None-Match` is absent.
+`If-Modified-Since` is consulted only when `If-None-Match` is absent. A card that lists
+`protocolVersion` 0.3 interfaces carries v0.3's members too (service/cards/v03.py), so
+one card serves 1.0 and v0.3 clients; its ETag is that of the bytes served.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from gateway.body import JSON_MEDIA_TYPE
 from gateway.dispatch import REST_JSON, forward_error
 from gateway.errors import MethodNotAllowedError
 from gateway.transcode import dumps, to_json_dict
+from gen import a2a_pb2 as pb
+from service.cards.v03 import add_v03_members
 
 WELL_KNOWN_PATH = "/.well-known/agent-card.json"
 _ENTITY_TAG = re.compile(r'\s*(?:(W/)?"([^"]*)"|(\*))\s*(?:,|$)')
@@ -49,7 +53,10 @@ def not_modified_since(header: str, last_modified: float) -> bool:
 
 class CardEndpoint:
     def __init__(self, card: Message, max_age: int, built_at: float | None = None) -> None:
-        self.body = dumps(to_json_dict(card))
+        document = to_json_dict(card)
+        if isinstance(card, pb.AgentCard):  # one card for both: v0.3 members when it lists 0.3
+            add_v03_members(document, card)
+        self.body = dumps(document)
         self.etag = '"' + hashlib.sha256(self.body).hexdigest()[:32] + '"'
         self.built_at = time.time() if built_at is None else built_at
         self.headers = {

@@ -33,6 +33,7 @@ from gateway.replies import Document, ErrorReply, Reply, invoke
 from gateway.transcode import build_request, to_json_dict
 from service.api import CallContext
 from service.calls import record
+from service.calls.admission import VersionCheck
 from service.calls.pipeline import Pipeline
 from service.protocol.errors import (
     A2AError,
@@ -66,7 +67,7 @@ def request_id(doc: Any) -> Any:
     return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
 
 
-def _check_envelope(doc: Any) -> tuple[str, dict[str, Any]]:
+def check_envelope(doc: Any) -> tuple[str, dict[str, Any]]:
     if isinstance(doc, list):
         raise InvalidRequestError(
             "Batch requests are not supported; send one JSON-RPC request object per call."
@@ -106,16 +107,32 @@ class JsonRpcDispatcher:
         self.pipeline = pipeline or Pipeline()  # default: no interceptors, no record written
         self.methods = method_table(service)
         self.reject_unknown_fields = reject_unknown_fields  # else members of no field are dropped
+        # The pipeline's version check, run before params are read (None: not checked here).
+        self.version_check = next(
+            (i for i in self.pipeline.interceptors if isinstance(i, VersionCheck)), None
+        )
 
-    async def dispatch(self, doc: Any, call: CallContext | Callable[[], CallContext]) -> Reply:
+    async def dispatch(
+        self,
+        doc: Any,
+        call: CallContext | Callable[[], CallContext],
+        version: CallContext | None = None,
+    ) -> Reply:
         """Answer the request document `doc`. `call` may be a function that builds the
         call context: it is called once the request is valid, so a request's own errors
         come before those of its transport parameters (as on REST, e.g. a bad
-        Last-Event-ID header)."""
+        Last-Event-ID header). `version`: the version the transport read before the body
+        (its A2A-Version), checked before the method and its params are, so a caller of
+        another version learns that first."""
         envelope = Envelope(request_id(doc))
         name = "?"
         try:
-            name, params = _check_envelope(doc)
+            name, params = check_envelope(doc)
+            if version is not None and self.version_check is not None:
+                current = record.current()
+                binding = current.binding if current is not None else "jsonrpc"
+                known = name if name in self.methods else ""
+                self.version_check.check_version(binding, known, version)
             entry = self.methods.get(name)
             if entry is None:
                 raise MethodNotFoundError(

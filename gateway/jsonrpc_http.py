@@ -1,4 +1,11 @@
-"""JSON-RPC 2.0 over HTTP: `POST /`, a thin adapter over jsonrpc.py's dispatcher.
+"""JSON-RPC 2.0 over HTTP: `POST /`, a thin adapter over jsonrpc.py's dispatcher (and,
+for A2A v0.3 clients, v03_jsonrpc.py's).
+
+The version is read first, from the A2A-Version header or query parameter: with 0.3 or
+none (which the spec reads as 0.3) a slash-named method (`message/send`) is a v0.3 call,
+served by the v0.3 dispatcher while `compat_v03` is on; anything else goes to the 1.0
+dispatcher, which checks that version before the method and its params (no version and
+a 1.0 method: VersionNotSupported, saying that 0.3 was assumed and which header to send).
 
 It reads the body (Content-Type and size checked, body.py), parses it (not
 JSON: -32700 with `id` null), dispatches the document with the request's call
@@ -19,9 +26,12 @@ from gateway.dispatch import JSONRPC, HttpOptions, forward, forward_error
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
 from gateway.jsonrpc import JsonRpcDispatcher
-from gateway.params import Caller, call_context
+from gateway.params import HTTP_DEFAULT_VERSION, Caller, call_context, sent_version
 from gateway.transcode import parse_json_body
+from gateway.v03_jsonrpc import V03JsonRpcDispatcher, is_v03_method
+from service.api import CallContext
 from service.calls.pipeline import Pipeline
+from service.protocol.params import VERSION_KEY, is_v03_version
 
 
 class JsonRpcEndpoint:
@@ -31,6 +41,8 @@ class JsonRpcEndpoint:
         service: ServiceDescriptor,
         options: HttpOptions,
         pipeline: Pipeline | None = None,
+        *,
+        compat_v03: bool = False,
     ) -> None:
         self.dispatcher = JsonRpcDispatcher(
             invoker,
@@ -38,17 +50,29 @@ class JsonRpcEndpoint:
             reject_unknown_fields=options.reject_unknown_fields,
             pipeline=pipeline,
         )
+        self.v03 = V03JsonRpcDispatcher(invoker, service, pipeline) if compat_v03 else None
         self.options = options
 
     async def handle(self, request: Request, caller: Caller) -> Response:
+        version = sent_version(caller, request.query_params)  # before the body
         try:
             if request.method != "POST":
                 raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
             doc = parse_json_body(await read_json_body(request, self.options.max_body_bytes))
         except Exception as exc:
             return forward_error(exc, JSONRPC, "JSON-RPC ?")
-        reply = await self.dispatcher.dispatch(
-            doc,
-            lambda: call_context(caller, request.headers, request.query_params),
-        )
+        if self.v03 is not None and (not version or is_v03_version(version)) and is_v03_method(doc):
+            reply = await self.v03.dispatch(
+                doc,
+                lambda: call_context(caller, request.headers, request.query_params, v03=True),
+            )
+        else:
+            reply = await self.dispatcher.dispatch(
+                doc,
+                lambda: call_context(caller, request.headers, request.query_params),
+                CallContext(
+                    metadata={VERSION_KEY: version} if version else {},
+                    default_version=HTTP_DEFAULT_VERSION,
+                ),
+            )
         return forward(reply, JSONRPC, self.options)

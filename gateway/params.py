@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from service.api import CallContext
 from service.protocol.errors import invalid_field
-from service.protocol.params import EXTENSIONS_KEY, VERSION_KEY
+from service.protocol.params import EXTENSIONS_KEY, LEGACY_EXTENSIONS_KEY, VERSION_KEY
 
 HTTP_DEFAULT_VERSION = "0.3"
 FORWARDED_HEADERS = frozenset({VERSION_KEY, EXTENSIONS_KEY, "authorization", "x-api-key"})
@@ -36,14 +36,17 @@ class Caller:
 
 
 def forwarded_metadata(
-    headers: list[tuple[bytes, bytes]], query: Mapping[str, str]
+    headers: list[tuple[bytes, bytes]], query: Mapping[str, str], *, v03: bool = False
 ) -> dict[str, str]:
-    """Call metadata from raw ASGI headers (and the A2A-Version query parameter)."""
+    """Call metadata from raw ASGI headers (and the A2A-Version query parameter). `v03`: a
+    v0.3 call, whose extensions may also come in v0.3's `X-A2A-Extensions`."""
     metadata: dict[str, str] = {}
     for raw_name, raw_value in headers:
         name = raw_name.decode("latin-1").lower()
         if name in FORWARDED_HEADERS:
             key = name
+        elif v03 and name == LEGACY_EXTENSIONS_KEY:
+            key = EXTENSIONS_KEY
         elif name.startswith(GRPC_METADATA_PREFIX) and len(name) > len(GRPC_METADATA_PREFIX):
             key = name[len(GRPC_METADATA_PREFIX) :]
         else:
@@ -56,6 +59,19 @@ def forwarded_metadata(
                 metadata[VERSION_KEY] = query[qkey]
                 break
     return metadata
+
+
+def sent_version(caller: Caller, query: Mapping[str, str]) -> str:
+    """The A2A-Version the request names (header, else query parameter), '' if none: read
+    before the body, so a binding can pick its codec by version and check it first."""
+    key = VERSION_KEY.encode("latin-1")
+    for raw_name, raw_value in caller.headers:
+        if raw_name.lower() == key:
+            return raw_value.decode("latin-1").strip()
+    for qkey in ("A2A-Version", VERSION_KEY):
+        if qkey in query:
+            return query[qkey].strip()
+    return ""
 
 
 def last_event_id(headers: Mapping[str, str]) -> int | None:
@@ -72,9 +88,9 @@ def last_event_id(headers: Mapping[str, str]) -> int | None:
 
 
 def call_context(
-    caller: Caller, headers: Mapping[str, str], query: Mapping[str, str]
+    caller: Caller, headers: Mapping[str, str], query: Mapping[str, str], *, v03: bool = False
 ) -> CallContext:
-    metadata = forwarded_metadata(caller.headers, query)
+    metadata = forwarded_metadata(caller.headers, query, v03=v03)
     return CallContext(
         metadata=metadata,
         principal=caller.principal,

@@ -35,6 +35,15 @@ API_KEYS = {"ci": "ci-key-0123456789abcdef0123"}
 BASIC = {"carol": "carol-password-1"}
 
 
+def v10_schemes(schemes: dict[str, Any]) -> dict[str, Any]:
+    """A card's securitySchemes as 1.0 has them: each entry's `<kind>SecurityScheme`
+    wrapper (the card also carries v0.3's OpenAPI members beside it, docs/v03-clients.md)."""
+    return {
+        name: {k: v for k, v in entry.items() if k.endswith("SecurityScheme")}
+        for name, entry in schemes.items()
+    }
+
+
 def bearer_settings(**extra) -> dict[str, Any]:
     return dict(auth_bearer_tokens=[f"{n}={t}" for n, t in TOKENS.items()], **extra)
 

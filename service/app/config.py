@@ -163,6 +163,13 @@ class Settings(
     extended_skills: list[dict[str, Any]] | None = setting(
         None, "the extended card's extra skills, a list of tables (config file only)"
     )
+    compat_v03: bool = setting(
+        True,
+        "serve A2A v0.3 clients beside 1.0, translated into the same API: JSON-RPC's "
+        "slash-named methods (`message/send`, ...), and the card's v0.3 members and "
+        "`protocolVersion` 0.3 interfaces ([v0.3 clients](v03-clients.md)); `false`: v0.3 "
+        "requests get VersionNotSupported",
+    )
     required_extensions: list[str] = setting(
         [], "extension URIs callers must list in `A2A-Extensions`"
     )

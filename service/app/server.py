@@ -78,6 +78,7 @@ from service.net.limits import CallLimit, raise_nofile_limit
 from service.ops import logs
 from service.ops.readiness import Readiness, from_health
 from service.protocol.admission import Gate
+from service.protocol.params import V03_VERSION
 from service.push import PushNotifications
 from service.push.dispatcher import ORPHAN_SECONDS
 from service.store import Scope, Store, is_shared, redact_url
@@ -401,7 +402,9 @@ class Service:
         else:
             if s.rate_limit_per_principal:
                 self.rate_limit = RateLimiter(s.rate_limit_per_principal, s.rate_limit_burst)
-            steps = admission(self.gate, self.rate_limit, tuple(s.required_extensions))
+            steps = admission(
+                self.gate, self.rate_limit, tuple(s.required_extensions), compat_v03=s.compat_v03
+            )
         return Pipeline(
             authenticator=self.auth,
             interceptors=[*steps, *configured],
@@ -428,6 +431,7 @@ class Service:
             else None,
             jwks_path=s.card_jwks_path,
             pipeline=self.pipeline,
+            compat_v03=s.compat_v03,
             files=self.api,  # None in proxy mode: the files live with the upstream
             reject_unknown_fields=s.json_unknown_fields == REJECT,
             readiness=self.readiness,
@@ -484,19 +488,24 @@ class Service:
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),
         HTTP+JSON, then gRPC as bare host:port. In proxy mode gRPC is listed only when
-        its public address is configured (the upstream may be private)."""
+        its public address is configured (the upstream may be private). With `compat_v03`
+        the same bindings follow once more with `protocolVersion` 0.3 (1.0 clients prefer
+        1.0 entries; v0.3 clients read the card's v0.3 members, service/cards/v03.py)."""
         s = self.settings
-        interfaces = []
+        places: list[tuple[str, str]] = []
         if self.http is not None:
             base = self._http_base()
-            interfaces += [interface(base, "JSONRPC"), interface(base, "HTTP+JSON")]
+            places += [(base, "JSONRPC"), (base, "HTTP+JSON")]
         if s.upstream:
             if s.grpc_public_address:
-                interfaces.append(interface(s.grpc_public_address, "GRPC"))
+                places.append((s.grpc_public_address, "GRPC"))
         else:
-            interfaces.append(
-                interface(s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}", "GRPC")
+            places.append(
+                (s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}", "GRPC")
             )
+        interfaces = [interface(url, binding) for url, binding in places]
+        if s.compat_v03:
+            interfaces += [interface(url, binding, version=V03_VERSION) for url, binding in places]
         return interfaces
 
     def _cards(self, agent: Agent) -> Cards:

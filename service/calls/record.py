@@ -90,7 +90,7 @@ class Call:
         span: hub.Call | None = None,
         end_span: str = "",
     ) -> None:
-        self.binding = binding  # grpc, jsonrpc, rest
+        self.binding = binding  # grpc, jsonrpc, rest; a v0.3 codec's ends in -v0.3
         self.method = method  # the A2A method ('' until known)
         self.start = time.perf_counter()
         self.outcome = OK

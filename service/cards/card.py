@@ -118,7 +118,9 @@ class CardBuilder:
         return card
 
 
-def interface(url: str, binding: str, tenant: str = "") -> pb.AgentInterface:
+def interface(
+    url: str, binding: str, tenant: str = "", version: str = PROTOCOL_VERSION
+) -> pb.AgentInterface:
     return pb.AgentInterface(
-        url=url, protocol_binding=binding, tenant=tenant, protocol_version=PROTOCOL_VERSION
+        url=url, protocol_binding=binding, tenant=tenant, protocol_version=version
     )

@@ -27,6 +27,7 @@ from tests.security_util import (
     all_static_settings,
     basic_header,
     sdk_clients,
+    v10_schemes,
 )
 
 EXTENDED_SKILLS = [
@@ -137,7 +138,7 @@ async def test_card_and_health_stay_public(secured):
 async def test_the_card_advertises_exactly_the_enabled_schemes(secured, start_service):
     async with httpx.AsyncClient(base_url=http_base(secured), timeout=10) as http:
         card = (await http.get("/.well-known/agent-card.json")).json()
-    assert card["securitySchemes"] == {
+    assert v10_schemes(card["securitySchemes"]) == {
         "bearer": {
             "httpAuthSecurityScheme": {
                 "scheme": "Bearer",

@@ -17,7 +17,7 @@ from gen import a2a_pb2_grpc
 from service.app.config import ConfigError, Settings, validate
 from tests.conftest import user_message
 from tests.grpc_util import expect_error
-from tests.security_util import AUDIENCE, ISSUER, TOKENS, JwksServer, SigningKey
+from tests.security_util import AUDIENCE, ISSUER, TOKENS, JwksServer, SigningKey, v10_schemes
 
 WHOAMI = "tests.security_util:WhoAmIAgent"
 
@@ -267,7 +267,7 @@ async def test_card_advertises_jwt_bearer_or_openid_connect(start_service, jwks,
         card = (
             await http.get(f"http://127.0.0.1:{plain.http_port}/.well-known/agent-card.json")
         ).json()
-        assert card["securitySchemes"] == {
+        assert v10_schemes(card["securitySchemes"]) == {
             "jwt": {
                 "httpAuthSecurityScheme": {
                     "scheme": "Bearer",

@@ -419,11 +419,9 @@ async def test_card_caching_headers_and_conditional_requests(gw):
     etag, modified = r.headers["etag"], r.headers["last-modified"]
     assert etag.startswith('"') and etag.endswith('"')
     card = r.json()
-    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == [
-        "JSONRPC",
-        "HTTP+JSON",
-        "GRPC",
-    ]
+    interfaces = [(i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]]
+    # 1.0 first; the same bindings once more for v0.3 clients (compat_v03, issue 22)
+    assert interfaces == [(b, v) for v in ("1.0", "0.3") for b in ("JSONRPC", "HTTP+JSON", "GRPC")]
     assert card["supportedInterfaces"][0]["url"] == f"http://127.0.0.1:{gw.service.http_port}"
     assert card["capabilities"]["streaming"] is True
     for inm in (etag, f"W/{etag}", f'"other", {etag}', f'"a,b",W/{etag}', "*"):
@@ -459,11 +457,12 @@ async def test_card_uses_public_url(start_service):
     )
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as client:
         card = (await client.get("/.well-known/agent-card.json")).json()
-    assert [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]] == [
+    assert [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]] == 2 * [
         ("JSONRPC", "https://agents.example.com/a2a"),
         ("HTTP+JSON", "https://agents.example.com/a2a"),
         ("GRPC", "grpc.example.com:443"),
-    ]
+    ]  # 1.0, then the same for v0.3 clients (compat_v03, issue 22)
+    assert card["url"] == "https://agents.example.com/a2a"  # v0.3's main interface
 
 
 # ------------------------------------------------------------------------------ SSE
@@ -595,10 +594,10 @@ async def test_proxy_mode_forwards_to_an_upstream_grpc_server(start_service):
         base_url=f"http://127.0.0.1:{proxy.http_port}", timeout=10
     ) as client:
         card = (await client.get("/.well-known/agent-card.json")).json()
-        assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == [
+        assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == 2 * [
             "JSONRPC",
             "HTTP+JSON",
-        ]
+        ]  # 1.0, then the same for v0.3 clients (compat_v03, issue 22)
         task = (
             await client.post("/message:send", json=message("echo via proxy"), headers=headers)
         ).json()["task"]

@@ -16,7 +16,14 @@ from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from service.app.config import ConfigError, Settings, validate
 from tests.conftest import user_message
-from tests.security_util import BINDINGS, TOKENS, bearer_settings, make_pki, sdk_clients
+from tests.security_util import (
+    BINDINGS,
+    TOKENS,
+    bearer_settings,
+    make_pki,
+    sdk_clients,
+    v10_schemes,
+)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +140,7 @@ async def test_mtls_refuses_clients_without_a_certificate_from_the_ca(start_serv
     good = (pki.client_pem, pki.client_key)
     async with httpx.AsyncClient(timeout=5, verify=client_context(pki, good)) as http:
         card = (await http.get(base + "/.well-known/agent-card.json")).json()
-        assert card["securitySchemes"] == {
+        assert v10_schemes(card["securitySchemes"]) == {
             "mtls": {
                 "mtlsSecurityScheme": {
                     "description": "A client certificate issued by the operator's CA."

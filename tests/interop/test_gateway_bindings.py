@@ -79,8 +79,10 @@ async def send(client, text: str, **config) -> sdk.StreamResponse:
 async def test_card_lists_every_binding_preferred_first(a2a):
     card = a2a.unary._card
     bindings = [i.protocol_binding for i in card.supported_interfaces]
-    assert bindings == ["JSONRPC", "HTTP+JSON", "GRPC"]
-    assert all(i.protocol_version == "1.0" for i in card.supported_interfaces)
+    # 1.0 first, then the same bindings for v0.3 clients (compat_v03, issue 22)
+    assert bindings == 2 * ["JSONRPC", "HTTP+JSON", "GRPC"]
+    assert all(i.protocol_version == "1.0" for i in card.supported_interfaces[:3])
+    assert all(i.protocol_version == "0.3" for i in card.supported_interfaces[3:])
     grpc_url = card.supported_interfaces[2].url
     assert grpc_url == f"127.0.0.1:{a2a.service.grpc_port}"  # bare host:port
 

@@ -22,6 +22,8 @@ from tests.conftest import user_message
 BINDINGS = ["GRPC", "HTTP+JSON"]
 EXTENDED_SKILLS = [{"id": "more", "name": "More", "description": "extra", "tags": ["t"]}]
 
+V03 = {"A2A-Version": "0.3"}  # the shared httpx client carries a2a-sdk's default 1.0
+
 
 def v03_card(service, binding: str) -> sdk.AgentCard:
     card = sdk.AgentCard()
@@ -183,11 +185,11 @@ async def test_push_config_set_get_list_delete(v03):
         )
     else:
         base = f"{v03.base}/v1/tasks/{task.id}/pushNotificationConfigs"
-        listed_json = (await v03.http.get(base)).json()
+        listed_json = (await v03.http.get(base, headers=V03)).json()
         assert [c["name"] for c in listed_json["configs"]] == [
             f"tasks/{task.id}/pushNotificationConfigs/c1"
         ]
-        assert (await v03.http.delete(f"{base}/c1")).status_code == 200
+        assert (await v03.http.delete(f"{base}/c1", headers=V03)).status_code == 200
     with pytest.raises(sdk_errors.TaskNotFoundError):
         await v03.unary.get_task_push_notification_config(
             sdk.GetTaskPushNotificationConfigRequest(task_id=task.id, id="c1")
@@ -198,7 +200,7 @@ async def test_agent_card_is_the_extended_one(v03):
     if v03.binding == "GRPC":
         card = await v03.unary.get_extended_agent_card(sdk.GetExtendedAgentCardRequest())
     else:  # the REST client returns the card it was made with unless it says "extended"
-        raw = (await v03.http.get(f"{v03.base}/v1/card")).json()
+        raw = (await v03.http.get(f"{v03.base}/v1/card", headers=V03)).json()
         card = SimpleNamespace(skills=[SimpleNamespace(id=s["id"]) for s in raw["skills"]])
         assert raw["protocolVersion"].startswith("0.3")
     assert "more" in [s.id for s in card.skills]
@@ -295,7 +297,7 @@ V03_BODY = {
 }
 
 
-@pytest.mark.parametrize("version", [None, "0.3", "1.0"])
+@pytest.mark.parametrize("version", [None, "0.3"])
 async def test_v1_paths_are_v03_and_never_a_tenant(raw, version):
     headers = {"A2A-Version": version} if version else {}
     reply = await raw.http.post("/v1/message:send", json=V03_BODY, headers=headers)
@@ -308,6 +310,16 @@ async def test_v1_paths_are_v03_and_never_a_tenant(raw, version):
     assert seen.status_code == 200 and seen.json()["id"] == task["id"]
     listed = await raw.http.get("/v1/tasks", headers={"A2A-Version": "1.0"})
     assert listed.status_code == 404  # a v0.3 path with no v0.3 operation, not ListTasks of v1
+
+
+async def test_a_1_0_header_on_a_v1_path_is_refused_and_makes_no_tenant(raw):
+    """`/v1/...` are the v0.3 routes: a caller that says it speaks 1.0 there is told which
+    to call, and no task is made (before, this made a task in a tenant named `v1`)."""
+    reply = await raw.http.post("/v1/message:send", json=V03_BODY, headers={"A2A-Version": "1.0"})
+    assert reply.status_code == 400 and reply.json()["type"] == "VersionNotSupportedError"
+    assert "0.3" in reply.json()["message"]
+    listed = await raw.http.get("/tasks", headers={"A2A-Version": "1.0"})
+    assert listed.json().get("tasks", []) == []
 
 
 async def test_tenant_v1_is_reserved_on_1_0_bindings(raw):
@@ -380,6 +392,31 @@ async def test_v03_stub_version_metadata(raw):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.SendMessage(request, metadata=(("a2a-version", "0.2"),))
         assert caught.value.details().startswith("VersionNotSupportedError: ")
+
+
+async def test_compat_off_refuses_v03_grpc_and_rest_naming_the_setting(start_service):
+    """`compat_v03 = false`: the v0.3 gRPC service and the /v1 routes answer
+    VersionNotSupported saying why, and nothing reaches the engine."""
+    from gen import a2a_v0_3_pb2 as v03
+    from gen import a2a_v0_3_pb2_grpc
+
+    service = await start_service(http_port=0, store="memory:", compat_v03=False)
+    request = v03.SendMessageRequest(
+        request=v03.Message(message_id="m", role=v03.ROLE_USER, content=[v03.Part(text="echo")])
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = a2a_v0_3_pb2_grpc.A2AServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.SendMessage(request)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.details().startswith("VersionNotSupportedError: ")
+    assert "compat_v03" in caught.value.details()
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as http:
+        reply = await http.post("/v1/message:send", json=V03_BODY)
+        assert reply.status_code == 400 and reply.json()["type"] == "VersionNotSupportedError"
+        assert "compat_v03" in reply.json()["message"]
+        listed = await http.get("/tasks", headers={"A2A-Version": "1.0"})
+    assert listed.json().get("tasks", []) == []
 
 
 def test_grpcurl_lists_and_describes_the_v03_service(tmp_path):
