@@ -38,6 +38,26 @@ def _jsonrpc_body() -> bytes:
     ).encode()
 
 
+def _v03_body() -> bytes:
+    """The same SendMessage as a v0.3 client sends it (JSON-RPC `message/send`)."""
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "messageId": _ID,
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": ECHO_TEXT}],
+                }
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
 def _rest_body() -> bytes:
     return json.dumps(
         {"message": {"messageId": _ID, "role": "ROLE_USER", "parts": [{"text": ECHO_TEXT}]}},
@@ -48,10 +68,10 @@ def _rest_body() -> bytes:
 class RequestTemplate:
     """The bytes of one POST, with a fresh messageId spliced in per request."""
 
-    def __init__(self, port: int, path: str, body: bytes) -> None:
+    def __init__(self, port: int, path: str, body: bytes, version: str = "1.0") -> None:
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
-            f"A2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"A2A-Version: {version}\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
         whole = head + body
         at = whole.index(_ID.encode())
@@ -92,6 +112,13 @@ class Connection:
 
 def check_body(body: bytes, rest: bool, echo: bool) -> None:
     doc = json.loads(body)
+    if doc.get("result", {}).get("kind") == "task":  # a v0.3 answer
+        task = doc["result"]
+        if task["status"]["state"] != "completed" or len(task.get("artifacts", [])) != 1:
+            raise AssertionError(f"unexpected message/send response: {body[:300]!r}")
+        if echo and task["artifacts"][0]["parts"][0].get("text") != ECHO_TEXT:
+            raise AssertionError(f"artifact does not echo {ECHO_TEXT!r}: {body[:300]!r}")
+        return
     result = doc if rest else doc.get("result")
     task = (result or {}).get("task") or {}
     if (
@@ -110,7 +137,7 @@ async def drive(
 
     async def call_once(conn: Connection) -> str | None:
         status, body = await conn.send(template.build())
-        if status != 200 or b"TASK_STATE_COMPLETED" not in body:
+        if status != 200 or not (b"TASK_STATE_COMPLETED" in body or b'"completed"' in body):
             return f"HTTP {status}: {body[:200]!r}"
         return None
 
@@ -118,7 +145,11 @@ async def drive(
 
 
 async def measure(server: ServerProcess, path: str, rest: bool, echo: bool, args) -> dict:
-    template = RequestTemplate(server.http_port, path, _rest_body() if rest else _jsonrpc_body())
+    if path == V03:
+        template = RequestTemplate(server.http_port, "/", _v03_body(), version="0.3")
+    else:
+        body = _rest_body() if rest else _jsonrpc_body()
+        template = RequestTemplate(server.http_port, path, body)
     conns = [await Connection.open(server.http_port) for _ in range(args.concurrency)]
     try:
         status, body = await conns[0].send(template.build())
@@ -143,6 +174,9 @@ async def measure(server: ServerProcess, path: str, rest: bool, echo: bool, args
         "server_cpu_s": cpu1 - cpu0,
         "client_cpu_s": cli1 - cli0,
     }
+
+
+V03 = "v0.3"  # the row's "path": `message/send` on `POST /` with A2A-Version 0.3
 
 
 def ours_http_argv(store: str) -> list[str]:
@@ -174,6 +208,14 @@ async def bench_http(args, tmp: pathlib.Path) -> list[dict]:
             "ours JSON-RPC via gateway, memory store",
             "ours_memory",
             "/",
+            False,
+            True,
+        ),
+        (
+            "http_jsonrpc_v03",
+            "ours JSON-RPC v0.3 message/send, memory store",
+            "ours_memory",
+            V03,
             False,
             True,
         ),

@@ -686,6 +686,16 @@ def report(results: dict, args) -> str:
             "target: gateway SendMessage >= 3x the a2a-sdk JSON-RPC server -> "
             + "; ".join(verdicts)
         )
+        if "http_jsonrpc_v03" in rows:  # the v0.3 layer's translation, same server, same run
+            v03, v10 = rows["http_jsonrpc_v03"], rows["http_jsonrpc"]
+            per_round = [
+                a / b for a, b in zip(v03["rps_rounds"], v10["rps_rounds"], strict=True) if b
+            ]
+            ratio = statistics.median(per_round) if per_round else float("nan")
+            out.append(
+                f"target: v0.3 message/send costs <= 15% against 1.0 SendMessage -> "
+                f"{ratio * 100:.0f}% of its rate ({'met' if ratio >= 0.85 else 'NOT met'})"
+            )
     if "list_tasks" in results:
         lt = results["list_tasks"]
         small, large = lt["small_tasks"], lt["large_tasks"]
