@@ -164,7 +164,7 @@ async def telemetry_installed(
         yield installed
     finally:
         if installed is not None:
-            await asyncio.to_thread(installed.shutdown)
+            await asyncio.to_thread(installed.shutdown, s.telemetry_shutdown_seconds)
 
 
 def http_bound(s: Settings) -> Handoff[HttpServer]:
