@@ -41,7 +41,7 @@ class RawSpanExporter(Protocol):
 
     def send_flat(self, data: bytes, count: int) -> bool: ...
 
-    def shutdown(self, timeout: float = ...) -> None: ...
+    def shutdown(self) -> None: ...
 
 
 def readable(span: LightSpan, resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
@@ -184,10 +184,5 @@ class SpanPipeline:
     def shutdown(self, timeout: float = 10.0) -> None:
         self._stop = True
         self._wake.set()
-        deadline = time.monotonic() + timeout
         self._thread.join(timeout)
-        if self._raw:  # the exporter process: its shutdown waits for the child, bounded
-            left = max(0.0, deadline - time.monotonic())
-            self.exporter.shutdown(left)  # type: ignore[call-arg]
-        else:
-            self.exporter.shutdown()
+        self.exporter.shutdown()

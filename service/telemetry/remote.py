@@ -90,6 +90,7 @@ class ExporterProcess:
         self._process.start()
         receive_end.close()
         self._lock = threading.Lock()
+        self._shutdown_seconds = float(settings.get("telemetry_shutdown_seconds", 10.0))
         self.dropped = 0
 
     def send_flat(self, data: bytes, count: int) -> bool:
@@ -108,15 +109,15 @@ class ExporterProcess:
             return False
         return True
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Close the pipe and give the child `timeout` seconds to send what it has (with the
-        collector down it would retry for longer): then it is terminated."""
+    def shutdown(self) -> None:
+        """Close the pipe and give the child telemetry_shutdown_seconds to send what it has
+        (with the collector down it would retry for longer): then it is terminated."""
         try:
             with self._lock:
                 self._conn.send_bytes(b"")
         except (OSError, ValueError):
             pass
-        self._process.join(timeout)
+        self._process.join(self._shutdown_seconds)
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(2)

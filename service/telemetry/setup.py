@@ -44,7 +44,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from service.telemetry import hub, names
@@ -238,7 +237,9 @@ def _root_sampler() -> RootSampler:
     (a parent's decision is always followed, see spans.py)."""
     if not os.environ.get("OTEL_TRACES_SAMPLER"):
         return always
-    sampler = _get_from_env_or_default()
+    # The SDK reads OTEL_TRACES_SAMPLER(_ARG) when a TracerProvider is given no sampler;
+    # its public `sampler` is what it chose (no atexit hook: nothing is exported here).
+    sampler = TracerProvider(shutdown_on_exit=False).sampler
 
     def sampled(trace_id: int, name: str) -> bool:
         decided: bool = sampler.should_sample(None, trace_id, name).decision.is_sampled()
