@@ -23,6 +23,7 @@ the same servicer the gRPC binding uses.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -72,7 +73,8 @@ def metrics_endpoint(render: Callable[[], bytes], rate_limit: RateLimiter | None
                 rate_limit.check(caller.principal)
             except A2AError as exc:
                 return forward_error(exc, REST_JSON, "metrics")
-        return Response(render(), media_type=PROMETHEUS_TEXT)
+        # Off the loop: under --workers the text is read from every worker's socket.
+        return Response(await asyncio.to_thread(render), media_type=PROMETHEUS_TEXT)
 
     return metrics
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import pathlib
 import sys
 
 from service.app import card_cli, config, config_doc, push_cli, workers
 from service.ops import logflood, logs
+from service.telemetry import remote
 
 DESCRIPTION = """Run the A2A 1.0 service: gRPC (with health and reflection) and the HTTP gateway.
 Every flag can also be set as an environment variable (A2A_ + the flag name in upper
@@ -168,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     # JSON lines unless on a terminal; a worker of --workers names itself in every record.
-    logs.configure(settings.log_level, settings.log_format, worker=workers.worker_index())
+    chosen = logs.configure(settings.log_level, settings.log_format, worker=workers.worker_index())
+    # The span exporter's child process (service/telemetry/remote.py) logs the same way.
+    remote.log_children_with(
+        functools.partial(logs.configure, settings.log_level, chosen, None, workers.worker_index())
+    )
     logflood.install()  # repeated identical errors are summarised (also without the HTTP gateway)
     if not workers.is_worker():  # the parent of --workers warns once, not each worker again
         for warning in config.unknown_env():

@@ -54,6 +54,7 @@ OTHER_ENV = frozenset(
     {
         "A2A_OUTPUT_DIR",  # given to the command agent's program each turn
         "A2A_WORKER_INDEX",  # set by `serve --workers N` in each worker
+        "A2A_WORKER_METRICS_DIR",  # and, with metrics on, where its metrics socket is
         "A2A_CALL_BEARER",  # the a2a-call client's credentials
         "A2A_CALL_API_KEY",
         "A2A_CALL_BASIC",

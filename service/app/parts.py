@@ -30,6 +30,7 @@ from service.app.config import ConfigError, Settings
 from service.app.drain import RESPONSE_FLUSH_SECONDS
 from service.app.housekeeping import Housekeeping
 from service.app.ownership import LOCK_FILE, InUseError, Ownership
+from service.app.workers import WORKER_ENV
 from service.auth import TlsFiles
 from service.engine.bus import EventBus
 from service.engine.cluster import Cluster
@@ -45,6 +46,7 @@ from service.permission.policy import policy_from_settings as permission_policy
 from service.push import PushNotifications
 from service.store import Store, open_store, redact_url
 from service.store.blobs import LocalBlobStore
+from service.telemetry import gather
 from service.telemetry.settings import TelemetrySettings
 from service.telemetry.setup import Installed, start_metrics_listener
 from service.telemetry.setup import install as install_telemetry
@@ -162,7 +164,7 @@ async def telemetry_installed(
         yield installed
     finally:
         if installed is not None:
-            await asyncio.to_thread(installed.shutdown)
+            await asyncio.to_thread(installed.shutdown, s.telemetry_shutdown_seconds)
 
 
 def http_bound(s: Settings) -> Handoff[HttpServer]:
@@ -410,3 +412,31 @@ async def metrics_listening(
         yield
     finally:
         server.shutdown()
+
+
+def metrics_shared() -> bool:
+    """In a worker of --workers with metrics on: its metrics are read by every scrape of the
+    service (service/telemetry/gather.py) and the parent owns `metrics_port`."""
+    return bool(os.environ.get(gather.DIR_ENV)) and bool(os.environ.get(WORKER_ENV))
+
+
+def metrics_render(s: Settings, installed: Installed | None) -> Callable[[], bytes] | None:
+    """What the gateway's GET /metrics serves: this process's metrics, or under --workers
+    every worker's, labelled `worker`; None when metrics are off or on `metrics_port`."""
+    if installed is None or not s.metrics_endpoint or s.metrics_port:
+        return None
+    if metrics_shared():
+        return gather.Workers(os.environ[gather.DIR_ENV], s.workers).render
+    return installed.metrics_text
+
+
+@asynccontextmanager
+async def worker_metrics_serving(installed: Installed) -> AsyncIterator[None]:
+    """A worker's own metrics on its private socket, for the scrapes of the whole service."""
+    path = gather.socket_path(os.environ[gather.DIR_ENV], os.environ[WORKER_ENV])
+    with setting("metrics_endpoint"):
+        own = gather.OwnText(path, installed.metrics_text)
+    try:
+        yield
+    finally:
+        own.close()

@@ -198,6 +198,8 @@ class Service:
         )
         self.telemetry = telemetry
         stack.callback(self._phase, "flushing telemetry")
+        if telemetry is not None and s.metrics_endpoint and parts.metrics_shared():
+            await stack.enter_async_context(parts.worker_metrics_serving(telemetry))
         with setting("agent"):
             agent = build_agent(s)
         http = None
@@ -229,7 +231,7 @@ class Service:
         await stack.enter_async_context(
             parts.readiness_checked(self.readiness, self._readiness_changed)
         )
-        if s.metrics_endpoint and s.metrics_port:
+        if s.metrics_endpoint and s.metrics_port and not parts.metrics_shared():
             await stack.enter_async_context(
                 parts.metrics_listening(telemetry, s.host, s.metrics_port)
             )
@@ -435,9 +437,7 @@ class Service:
             files=self.api,  # None in proxy mode: the files live with the upstream
             reject_unknown_fields=s.json_unknown_fields == REJECT,
             readiness=self.readiness,
-            metrics=telemetry.metrics_text
-            if telemetry is not None and s.metrics_endpoint and not s.metrics_port
-            else None,
+            metrics=parts.metrics_render(s, telemetry),
             rate_limit=self.rate_limit,
         )
         if telemetry is not None:

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from types import FrameType
+from typing import Any
 
 from service.app.config import ConfigError, Settings
 from service.store import is_shared
+from service.telemetry import gather
 
 WORKER_ENV = "A2A_WORKER_INDEX"  # set in each child: it serves instead of spawning
 RESTART_PAUSE_S = (1.0, 30.0)  # before a worker that ended is started again: first, longest
@@ -65,7 +69,38 @@ def run_workers(s: Settings, argv: list[str]) -> int:
     status of their last run. A worker that ends on its own is started again after a pause
     (RESTART_PAUSE_S, doubled while it keeps ending within RESTART_STEADY_S of its start),
     except one that could not start (exit status 2: a setting or a port, which a restart
-    does not mend)."""
+    does not mend): then the others are stopped and the parent exits 2, so a supervisor
+    sees it rather than a service silently short of a worker.
+
+    With `metrics_endpoint`, every worker serves its metrics on a private unix socket in a
+    directory made here (service/telemetry/gather.py), so `/metrics` reports all of them;
+    with `metrics_port`, the parent alone listens there (exit 2 if it cannot)."""
+    metrics_dir = tempfile.mkdtemp(prefix="a2a-metrics-") if s.metrics_endpoint else ""
+    listener: Any = None
+    if metrics_dir and s.metrics_port:
+        try:
+            listener = gather.start_listener(
+                gather.Workers(metrics_dir, s.workers), s.host, s.metrics_port
+            )
+        except OSError as exc:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+            log.error(
+                "metrics_port: cannot listen on %s:%d (%s)",
+                s.host,
+                s.metrics_port,
+                exc.strerror or exc,
+            )
+            return 2
+    try:
+        return _supervise(s, argv, metrics_dir)
+    finally:
+        if listener is not None:
+            listener.shutdown()
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _supervise(s: Settings, argv: list[str], metrics_dir: str) -> int:
     children: dict[int, subprocess.Popen[bytes]] = {}  # worker index -> its live process
     started: dict[int, float] = {}
     pause: dict[int, float] = {}
@@ -74,6 +109,8 @@ def run_workers(s: Settings, argv: list[str]) -> int:
 
     def spawn(index: int) -> None:
         env = {**os.environ, WORKER_ENV: str(index)}
+        if metrics_dir:
+            env[gather.DIR_ENV] = metrics_dir
         child = subprocess.Popen([sys.executable, "-m", "service", *argv], env=env)
         children[index] = child
         started[index] = time.monotonic()
@@ -115,8 +152,13 @@ def run_workers(s: Settings, argv: list[str]) -> int:
             continue
         how = f"exit status {code}" if code >= 0 else f"signal {-code}"
         if code == 2:
-            log.error("worker %d could not start (%s); it is not restarted", ended, how)
+            log.error(
+                "worker %d could not start (%s); stopping the other workers and exiting",
+                ended,
+                how,
+            )
             worst = max(worst, 2)
+            forward(signal.SIGTERM, None)
             continue
         steady = time.monotonic() - started[ended] >= RESTART_STEADY_S
         wait = RESTART_PAUSE_S[0] if steady else pause.get(ended, RESTART_PAUSE_S[0])

@@ -15,7 +15,9 @@ import logging
 import marshal
 import multiprocessing
 import os
+import signal
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -24,13 +26,34 @@ from service.telemetry.settings import TelemetrySettings
 
 log = logging.getLogger("service.telemetry")
 
+# How the child sets up its logging: the composition root hands the service's own
+# (service/ops/logs.py: the format in force, each record with the child's pid), so what the
+# SDK's exporters log there (a collector that is down) is in the service's log stream's
+# format. Picklable (a module-level function or a partial of one): the child is spawned.
+_child_logging: Callable[[], object] | None = None
+
+
+def log_children_with(configure: Callable[[], object] | None) -> None:
+    """Set how exporter processes started from now on configure their logging."""
+    global _child_logging
+    _child_logging = configure
+
 
 def _child(
-    conn: Connection, settings: dict[str, Any], resource: dict[str, Any], scope: Any
+    conn: Connection,
+    settings: dict[str, Any],
+    resource: dict[str, Any],
+    scope: Any,
+    configure_logging: Callable[[], object] | None = None,
 ) -> None:
     """The exporter process: spans from the pipe to the collector, until the pipe closes.
     It runs at the lowest CPU priority: on a busy host the requests come first, and spans
-    wait in the pipe (bounded) rather than slow them down."""
+    wait in the pipe (bounded) rather than slow them down. SIGINT is the parent's (a
+    terminal's ^C reaches the whole group): the child ends when its pipe closes, or when
+    the parent's bounded shutdown terminates it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if configure_logging is not None:
+        configure_logging()
     os.nice(19)
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -60,13 +83,14 @@ class ExporterProcess:
         receive_end = child_end
         self._process = context.Process(
             target=_child,
-            args=(receive_end, settings, resource, scope),
+            args=(receive_end, settings, resource, scope, _child_logging),
             name="a2a-telemetry-exporter",
             daemon=True,
         )
         self._process.start()
         receive_end.close()
         self._lock = threading.Lock()
+        self._shutdown_seconds = float(settings.get("telemetry_shutdown_seconds", 10.0))
         self.dropped = 0
 
     def send_flat(self, data: bytes, count: int) -> bool:
@@ -86,12 +110,14 @@ class ExporterProcess:
         return True
 
     def shutdown(self) -> None:
+        """Close the pipe and give the child telemetry_shutdown_seconds to send what it has
+        (with the collector down it would retry for longer): then it is terminated."""
         try:
             with self._lock:
                 self._conn.send_bytes(b"")
         except (OSError, ValueError):
             pass
-        self._process.join(10)
+        self._process.join(self._shutdown_seconds)
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(2)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.setting import check_section, one_of, port, rule, setting
+from service.setting import between, check_section, one_of, port, rule, setting
 
 MODES = ("none", "console", "otlp")
 PROTOCOLS = ("grpc", "http/protobuf")
@@ -55,6 +55,11 @@ class TelemetrySettings:
         0,
         "with `metrics_endpoint`: serve `/metrics` on this port of `host` instead (plaintext, unauthenticated: keep it private); `0` = on the gateway",
         check=port("0 = the gateway's"),
+    )
+    telemetry_shutdown_seconds: float = setting(
+        2.0,
+        "at shutdown, how long the last spans and metrics may take to reach the collector; past it they are dropped (a warning says so) and the process exits 0 all the same",
+        check=between(0, 60, "expected 0 to 60 seconds, got {value!r}"),
     )
 
 

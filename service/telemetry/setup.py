@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from service.telemetry import hub, names
@@ -53,6 +53,8 @@ from service.telemetry.settings import TelemetrySettings
 from service.telemetry.spans import LightTracer, RootSampler, always
 
 log = logging.getLogger("service.telemetry")
+
+ABORTED_CLOSE_SECONDS = 0.5  # for the closing to end once its exporters are stopped
 
 
 class _Forward(SpanProcessor):
@@ -96,6 +98,8 @@ class Installed:
     pipeline: SpanPipeline | None = None
     agent_spans: SpanProcessor | None = None
     prometheus: Any = None  # the CollectorRegistry /metrics renders
+    # The OTLP exporters, stopped when the shutdown's bound passes: that ends their retries.
+    exporters: list[Any] = field(default_factory=list)
     _closed: bool = field(default=False)
 
     def metrics_text(self) -> bytes:
@@ -111,7 +115,11 @@ class Installed:
             self.agent_spans.force_flush(int(timeout * 1000))
         self.meter_provider.force_flush(int(timeout * 1000))
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Flush and stop everything, within `timeout` seconds (telemetry_shutdown_seconds):
+        with the collector down the SDK's exporters retry for longer, so what is left of
+        the flush is abandoned to a daemon thread (a warning says so), and the exporters
+        are told to stop, which ends their retries."""
         if self._closed:
             return
         self._closed = True
@@ -119,15 +127,34 @@ class Installed:
             hub.current = None
         if _forward.target is self.agent_spans:
             _forward.target = None
+        closing = threading.Thread(
+            target=self._close, args=(timeout,), name="telemetry-shutdown", daemon=True
+        )
+        closing.start()
+        closing.join(timeout)
+        if closing.is_alive():
+            log.warning(
+                "telemetry: the collector did not take the last spans and metrics within"
+                " %g s (telemetry_shutdown_seconds); they are dropped",
+                timeout,
+            )
+            for exporter in self.exporters:
+                try:
+                    exporter.shutdown()  # its retries end; the closing goes on without them
+                except Exception as exc:
+                    log.warning("telemetry: stopping an exporter failed: %s", type(exc).__name__)
+            closing.join(ABORTED_CLOSE_SECONDS)
+
+    def _close(self, timeout: float) -> None:
         try:
-            self.flush()
+            self.flush(timeout)
         except Exception as exc:  # a collector that went away must not block the exit
             log.warning("telemetry: final flush failed: %s", type(exc).__name__)
         if self.pipeline is not None:
-            self.pipeline.shutdown()
+            self.pipeline.shutdown(timeout)
         if self.agent_spans is not None:
             self.agent_spans.shutdown()
-        self.meter_provider.shutdown()
+        self.meter_provider.shutdown(timeout_millis=timeout * 1000)
 
 
 def histogram_metrics(tel: hub.Telemetry, start_ns: int) -> list[Metric]:
@@ -210,7 +237,9 @@ def _root_sampler() -> RootSampler:
     (a parent's decision is always followed, see spans.py)."""
     if not os.environ.get("OTEL_TRACES_SAMPLER"):
         return always
-    sampler = _get_from_env_or_default()
+    # The SDK reads OTEL_TRACES_SAMPLER(_ARG) when a TracerProvider is given no sampler;
+    # its public `sampler` is what it chose (no atexit hook: nothing is exported here).
+    sampler = TracerProvider(shutdown_on_exit=False).sampler
 
     def sampled(trace_id: int, name: str) -> bool:
         decided: bool = sampler.should_sample(None, trace_id, name).decision.is_sampled()
@@ -237,9 +266,11 @@ def install(
     scope = InstrumentationScope(names.SCOPE, service_version or None)
     readers: list[MetricReader] = list(metric_readers)
     prometheus = None
+    exporters: list[Any] = []
     if not metric_readers:
         if s.telemetry == "otlp":
-            readers.append(PeriodicExportingMetricReader(otlp_metric_exporter(s)))
+            exporters.append(otlp_metric_exporter(s))
+            readers.append(PeriodicExportingMetricReader(exporters[-1]))
         elif s.telemetry == "console":
             readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
     if s.metrics_endpoint:
@@ -266,6 +297,7 @@ def install(
                 section, dict(resource.attributes), (scope.name, scope.version)
             )
             agent_exporter = otlp_span_exporter(s, resource, scope)  # agents' SDK spans
+            exporters.append(agent_exporter)
         elif exporter is None:
             exporter = agent_exporter = ConsoleSpanExporter()
         pipeline = SpanPipeline(exporter, resource, scope, interval=span_interval)
@@ -291,7 +323,7 @@ def install(
             description=metric.description,
         )
     hub.current = tel
-    return Installed(tel, provider, pipeline, agent_spans, prometheus)
+    return Installed(tel, provider, pipeline, agent_spans, prometheus, exporters=exporters)
 
 
 def start_metrics_listener(installed: Installed | None, host: str, port: int) -> Any:

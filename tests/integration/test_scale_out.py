@@ -534,3 +534,89 @@ async def test_readiness_names_what_is_down(cluster, start_service):
     problems = await service.dependency_problems()
     assert set(problems) >= {"bus"} and problems["bus"].startswith("Redis")
     await asyncio.to_thread(cluster.redis.start)
+
+
+def _requests_total(text: str) -> tuple[float, set[str]]:
+    """The HTTP requests counted over every worker in one scrape, and the workers seen."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total, seen = 0.0, set()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "http_server_request_duration_seconds_count":
+                total += sample.value
+                seen.add(sample.labels.get("worker", ""))
+    return total, seen
+
+
+async def _both_workers_ready(workers: Replica) -> None:
+    async def both_ready() -> bool:
+        return sum(is_ready_line(line) for line in workers.output) == 2
+
+    await _wait_for(both_ready, "both workers to be ready", detail=workers.output_so_far)
+
+
+async def test_metrics_under_workers_report_the_whole_service(cluster, monkeypatch):
+    monkeypatch.setenv("A2A_METRICS_ENDPOINT", "true")
+    workers = await cluster.start("--workers", "2")
+    await _both_workers_ready(workers)
+    last, everyone = -1.0, set()
+    for i in range(20):  # fresh connections: requests and scrapes land on either worker
+        async with httpx.AsyncClient(base_url=workers.base, timeout=30) as fresh:
+            r = await fresh.post("/message:send", json=_message(f"echo {i}"), headers=V1)
+            assert r.status_code == 200, r.text
+        async with httpx.AsyncClient(base_url=workers.base, timeout=30) as fresh:
+            scraped = await fresh.get("/metrics")
+        assert scraped.status_code == 200, scraped.text
+        total, seen = _requests_total(scraped.text)
+        assert total >= last + 1, (i, total, last)  # never the count of one worker alone
+        last, everyone = total, everyone | seen
+    assert everyone == {"0", "1"}, everyone
+    assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
+
+
+async def test_metrics_port_under_workers_is_one_listener_in_the_parent(cluster, monkeypatch):
+    port = free_port()
+    monkeypatch.setenv("A2A_METRICS_ENDPOINT", "true")
+    monkeypatch.setenv("A2A_METRICS_PORT", str(port))
+    workers = await cluster.start("--workers", "2")
+    await _both_workers_ready(workers)
+    for i in range(10):
+        async with httpx.AsyncClient(base_url=workers.base, timeout=30) as fresh:
+            r = await fresh.post("/message:send", json=_message(f"echo {i}"), headers=V1)
+            assert r.status_code == 200, r.text
+    async with httpx.AsyncClient(timeout=30) as http:
+        scraped = await http.get(f"http://127.0.0.1:{port}/metrics")
+        assert scraped.status_code == 200
+        total, seen = _requests_total(scraped.text)
+        assert total >= 10 and seen <= {"0", "1"}, (total, seen)
+        gone = await http.get(f"{workers.base}/metrics")  # not on the gateway then
+        assert gone.status_code != 200 or "http_server_request" not in gone.text
+    assert "metrics_port" not in workers.output_so_far()  # no worker fought for the port
+    assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
+
+
+def test_workers_exit_when_the_metrics_port_is_taken(tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_serve(
+            "--workers",
+            "2",
+            "--store",
+            "postgresql://nobody@127.0.0.1:1/none",
+            "--bus",
+            "redis://127.0.0.1:1/0",
+            "--grpc-port",
+            str(free_port()),
+            "--http-port",
+            str(free_port()),
+            "--data-dir",
+            str(tmp_path / "d"),
+            env={"A2A_METRICS_ENDPOINT": "true", "A2A_METRICS_PORT": str(port)},
+        )
+    assert result.returncode == 2, result.stderr
+    assert "metrics_port" in result.stderr, result.stderr
