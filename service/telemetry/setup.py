@@ -46,7 +46,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from service.telemetry import hub, names
+from service.telemetry import hub, names, propagation, spans
 from service.telemetry.export import SpanPipeline
 from service.telemetry.otlp import otlp_metric_exporter, otlp_span_exporter
 from service.telemetry.settings import TelemetrySettings
@@ -96,6 +96,7 @@ class Installed:
     pipeline: SpanPipeline | None = None
     agent_spans: SpanProcessor | None = None
     prometheus: Any = None  # the CollectorRegistry /metrics renders
+    system_metrics: Any = None  # the process/runtime instrumentor, uninstrumented at shutdown
     _closed: bool = field(default=False)
 
     def metrics_text(self) -> bytes:
@@ -127,6 +128,8 @@ class Installed:
             self.pipeline.shutdown()
         if self.agent_spans is not None:
             self.agent_spans.shutdown()
+        if self.system_metrics is not None:
+            self.system_metrics.uninstrument()
         self.meter_provider.shutdown()
 
 
@@ -250,6 +253,9 @@ def install(
         readers.append(PrometheusMetricReader(registry=prometheus))
     provider = MeterProvider(resource=resource, metric_readers=readers)
     _set_globals(resource, provider)
+    propagator = propagation.install_propagator()
+    spans.LIMITS = propagation.configured_limits()
+    system_metrics = _process_metrics(provider)
     meter = provider.get_meter(names.SCOPE, service_version or None)
 
     pipeline = None
@@ -272,7 +278,7 @@ def install(
         tracer = LightTracer(pipeline, _root_sampler())
         agent_spans = BatchSpanProcessor(agent_exporter, schedule_delay_millis=span_interval * 1000)
         _forward.target = agent_spans
-    tel = hub.Telemetry(tracer)
+    tel = hub.Telemetry(tracer, propagator)
     for reader in readers:
         _merge_histograms(reader, tel, scope, time.time_ns())
     for metric in names.METRICS:
@@ -291,7 +297,20 @@ def install(
             description=metric.description,
         )
     hub.current = tel
-    return Installed(tel, provider, pipeline, agent_spans, prometheus)
+    return Installed(tel, provider, pipeline, agent_spans, prometheus, system_metrics)
+
+
+def _process_metrics(provider: MeterProvider) -> Any:
+    """CPU, memory, open fds, threads and GC of this process (names.PROCESS_METRICS), from
+    opentelemetry-instrumentation-system-metrics into `provider` (the instrumentor is one
+    per process: an earlier installation's is undone first)."""
+    from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
+
+    instrumentor = SystemMetricsInstrumentor(config=dict.fromkeys(names.PROCESS_METRICS))
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+    instrumentor.instrument(meter_provider=provider)
+    return instrumentor
 
 
 def start_metrics_listener(installed: Installed | None, host: str, port: int) -> Any:
