@@ -546,7 +546,7 @@ class Telemetry:
         if url:
             attributes.update(url_attributes(url))
         return self.span(
-            "POST",
+            names.PUSH_SPAN,
             SpanKind.CLIENT,
             attributes,
             parent or trace.INVALID_SPAN_CONTEXT,

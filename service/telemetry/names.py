@@ -27,7 +27,7 @@ DEFAULT_SERVICE_NAME = "a2a-grpc-service"  # when neither OTEL_SERVICE_NAME nor 
 # /message:send"; just the method while no route matched), as the conventions say.
 SERVICER_SPAN = "A2AApi/{method}"  # the in-process servicer call under a gateway request
 TURN_SPAN = "agent turn"
-PUSH_SPAN = "push delivery"
+PUSH_SPAN = "POST"  # an HTTP client span: its method, as the conventions say
 
 # ---- span events
 EVENT_STATUS = "a2a.status"  # a state transition of the task
@@ -210,10 +210,10 @@ METRICS = (
 )
 # Process and runtime metrics (CPU, memory, open fds, threads, GC) come from
 # opentelemetry-instrumentation-system-metrics, under their own conventional names:
-PROCESS_METRICS = (
-    "process.cpu.time",
-    "process.memory.usage",
-    "process.open_file_descriptor.count",
-    "process.thread.count",
-    "cpython.gc.collections",
-)
+PROCESS_METRICS: dict[str, list[str] | None] = {  # the instrumentor's config: name -> labels
+    "process.cpu.time": ["user", "system"],
+    "process.memory.usage": None,
+    "process.open_file_descriptor.count": None,
+    "process.thread.count": None,
+    "cpython.gc.collections": None,
+}

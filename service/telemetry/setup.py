@@ -306,7 +306,7 @@ def _process_metrics(provider: MeterProvider) -> Any:
     per process: an earlier installation's is undone first)."""
     from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
 
-    instrumentor = SystemMetricsInstrumentor(config=dict.fromkeys(names.PROCESS_METRICS))
+    instrumentor = SystemMetricsInstrumentor(config=dict(names.PROCESS_METRICS))
     if instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.uninstrument()
     instrumentor.instrument(meter_provider=provider)
