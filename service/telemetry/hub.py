@@ -46,6 +46,7 @@ from service.telemetry.spans import (
 _W3C = TraceContextTextMapPropagator()
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
 GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode}  # OK -> 0, ...
+_NO_NAMES: dict[str, str] = {}
 # The current span is OpenTelemetry's (the service's calls and turns, an agent's own spans),
 # and the service sets it directly: `otel_context.attach(set_span_in_context())` makes ten
 # Python calls for what is one dict and one ContextVar.set, twice per request. Only with
@@ -355,16 +356,21 @@ class Call(LightSpan):
         if self.recording and status:
             self.attributes[names.HTTP_STATUS] = status
         if self.route:
-            attributes = (*attributes, (names.HTTP_ROUTE, self.route))
-        self._finish(
-            histogram,
-            (
+            key: Key = (
+                *attributes,
+                (names.HTTP_ROUTE, self.route),
+                (names.METHOD, self.method),
+                (names.BINDING, self.binding),
+                (names.OUTCOME, self.outcome),
+            )
+        else:
+            key = (
                 *attributes,
                 (names.METHOD, self.method),
                 (names.BINDING, self.binding),
                 (names.OUTCOME, self.outcome),
-            ),
-        )
+            )
+        self._finish(histogram, key)
 
     def _finish(self, histogram: Hist, key: Key) -> None:
         seconds = perf_counter() - self.started
@@ -445,7 +451,9 @@ class Telemetry:
         self.auth_failures = Counts()
         self.refused = Counts()
         self.rpc_keys: dict[tuple[str, ...], Key] = {}  # see rpc_key
-        self.span_names: dict[tuple[str, str], str] = {}  # see rpc_name, http_name
+        # span names and metric keys made once, looked up without making a key per call
+        self.span_names: dict[str, dict[str, str]] = {}  # see rpc_name, http_name
+        self.turn_keys: dict[str, Key] = {}  # see turn_ended
 
     # ---- spans ------------------------------------------------------------------------
 
@@ -488,7 +496,9 @@ class Telemetry:
             parent, carried = extract(self.propagator, carrier)
         name = method
         if service:
-            name = self.span_names.get((service, method)) or self.rpc_name(service, method)
+            name = self.span_names.get(service, _NO_NAMES).get(method) or self.rpc_name(
+                service, method
+            )
             attributes = {
                 names.METHOD: method,
                 names.BINDING: binding,
@@ -503,14 +513,14 @@ class Telemetry:
 
     def rpc_name(self, service: str, method: str) -> str:
         """A gRPC server span's name, made once per method."""
-        name = self.span_names[(service, method)] = f"{service}/{method}"
+        name = self.span_names.setdefault(service, {})[method] = f"{service}/{method}"
         return name
 
     def http_name(self, http_method: str, route: str) -> str:
         """An HTTP server span's name once its route is known, made once per route."""
-        name = self.span_names.get((http_method, route))
+        name = self.span_names.get(http_method, _NO_NAMES).get(route)
         if name is None:
-            name = self.span_names[(http_method, route)] = f"{http_method} {route}"
+            name = self.span_names.setdefault(http_method, {})[route] = f"{http_method} {route}"
         return name
 
     def servicer_span(self, method: str) -> trace.Span:
@@ -555,7 +565,10 @@ class Telemetry:
 
     def turn_ended(self, turn: LightSpan, state: str, seconds: float) -> None:
         """An agent turn ended with the task in `state`: `a2a.turn.duration`."""
-        self.turn_duration.record(seconds, ((names.AGENT, self.agent), (names.STATE, state)))
+        key = self.turn_keys.get(state)
+        if key is None:
+            key = self.turn_keys[state] = ((names.AGENT, self.agent), (names.STATE, state))
+        self.turn_duration.record(seconds, key)
 
     # ---- counts -----------------------------------------------------------------------
 
