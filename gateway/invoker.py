@@ -168,9 +168,7 @@ def _metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
     if not items.get(VERSION_KEY, "").strip():
         items[VERSION_KEY] = call.default_version  # make the HTTP default explicit upstream
     if hub.current is not None:  # the upstream's server span continues this request's trace
-        parent = hub.traceparent()
-        if parent:
-            items[hub.TRACEPARENT] = parent
+        hub.inject(items)  # in the configured propagator's format, with the baggage
     return tuple(items.items())
 
 

@@ -84,6 +84,7 @@ class RestEndpoint:
             route = match.route
             name = route.method.name
             record.name_method(name)
+            record.name_route(route.template)
             body = None
             if route.body:
                 raw = await read_json_body(request, self.options.max_body_bytes)

@@ -197,6 +197,9 @@ class Service:
             parts.telemetry_installed(s, self.telemetry, s.name, s.version)
         )
         self.telemetry = telemetry
+        if telemetry is not None:
+            telemetry.telemetry.agent = s.name
+            telemetry.telemetry.dependencies = self._dependencies_up
         stack.callback(self._phase, "flushing telemetry")
         if telemetry is not None and s.metrics_endpoint and parts.metrics_shared():
             await stack.enter_async_context(parts.worker_metrics_serving(telemetry))
@@ -378,6 +381,11 @@ class Service:
                 lambda: push.queue.cursors(("", "", "readiness-check")),
                 shared=s.push_queue == "redis-streams",
             )
+
+    def _dependencies_up(self) -> dict[str, int]:
+        """Each checked store, bus and queue: 1 if it answered the last check, else 0."""
+        failing = self.readiness.failing
+        return {name: 0 if name in failing else 1 for name in self.readiness.checks}
 
     async def _readiness_changed(self, ready: bool) -> None:
         """gRPC health follows readiness while serving (the drain sets NOT_SERVING itself)."""

@@ -84,7 +84,11 @@ class Pipeline:
         tel = self.telemetry
         if service and tel is not None:
             call = Call(
-                binding, method, access, tel.server_call(method, span_binding, carrier), service
+                binding,
+                method,
+                access,
+                tel.server_call(method, span_binding, carrier, service=service),
+                service,
             )
         else:
             call = Call(binding, method, access, REQUEST_SPAN.get())

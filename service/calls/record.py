@@ -202,3 +202,11 @@ def name_method(name: str) -> None:
     call = _current.get()
     if call is not None:
         call.method = name
+
+
+def name_route(template: str) -> None:
+    """The HTTP request matched the route `template` (e.g. /tasks/{id=*}): its span is
+    named after it, as OpenTelemetry's HTTP conventions say (`GET /tasks/{id=*}`)."""
+    span = REQUEST_SPAN.get()
+    if span is not None:
+        span.routed(template)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from gen import a2a_pb2 as pb
 from service.agent import Agent, TurnContext
@@ -101,7 +102,9 @@ class Driver:
         final state, and `a2a.tasks.active` while it runs. One coroutine, not a traced one
         around an untraced one: each resumption of the turn would pass through both."""
         turn = token = None
+        started = 0.0
         if tel is not None:
+            started = time.perf_counter()
             turn = tel.turn(run.task_id, run.context_id, ctx.caller.principal)
             run.trace = turn
             tel.tasks_active += 1
@@ -142,9 +145,11 @@ class Driver:
                 tel.tasks_active -= 1
                 if run.trace is turn:
                     run.trace = None
-                if run.task is not None:
-                    turn.attributes[names.STATE] = state_name(run.state)
+                state = state_name(run.state) if run.task is not None else ""
+                if state:
+                    turn.attributes[names.STATE] = state
                 turn.end()
+                tel.turn_ended(turn, state, time.perf_counter() - started)
 
     # ---- shutdown ------------------------------------------------------------------
 

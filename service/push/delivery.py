@@ -25,6 +25,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from gen import a2a_pb2 as pb
@@ -35,7 +36,11 @@ from service.push.transport import CallbackClient, Reply, TransportError
 from service.store import Scope
 from service.telemetry import hub, names
 
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
 log = logging.getLogger("service.push")
+BACKLOG_SECONDS = 5.0  # how often the redis-streams backlog is counted
 
 RETRYABLE = frozenset({408, 425, 429})
 USER_AGENT = "a2a-grpc-service-push/1"
@@ -109,6 +114,7 @@ class DeliveryWorker:
         self._waiting = 0  # deliveries waiting for a host slot
         self._capacity = asyncio.Event()  # set when a delivery ends or starts waiting
         self._stopping = False
+        self._backlog_due = 0.0  # when redis-streams' backlog is asked for next
         self.delivered = 0  # counters, for logs and benchmarks
         self.failed = 0
 
@@ -120,9 +126,8 @@ class DeliveryWorker:
                 await self._capacity.wait()
                 continue
             tel = hub.current
-            depth = getattr(self.queue, "depth", None)  # local-file knows it; redis-streams not
-            if tel is not None and depth is not None:
-                tel.push_queue_depth = depth()
+            if tel is not None:
+                await self._observe_depth(tel)
             try:
                 leases = await self.queue.lease(free)
             except Exception as exc:  # e.g. Redis unreachable: keep trying, loudly
@@ -208,6 +213,23 @@ class DeliveryWorker:
             self._waiting -= 1
         return True
 
+    async def _observe_depth(self, tel: hub.Telemetry) -> None:
+        """The queue's backlog for `a2a.push.queue.depth`: local-file knows it at no cost;
+        redis-streams asks Redis, at most every BACKLOG_SECONDS."""
+        depth = getattr(self.queue, "depth", None)
+        if depth is not None:
+            tel.push_queue_depth = depth()
+            return
+        backlog = getattr(self.queue, "backlog", None)
+        now = time.monotonic()
+        if backlog is None or now < self._backlog_due:
+            return
+        self._backlog_due = now + BACKLOG_SECONDS
+        try:
+            tel.push_queue_depth = await backlog()
+        except Exception as exc:  # noqa: BLE001 - the lease below says it loudly
+            log.debug("push queue backlog unknown: %s", type(exc).__name__)
+
     def _free_host(self, host: str) -> None:
         waiters = self._host_waiters.get(host)
         while waiters:
@@ -227,14 +249,14 @@ class DeliveryWorker:
             return
         # Its own span, in the trace of the turn that committed the event (and linked to
         # it); the receiver gets the span's traceparent.
-        span = tel.push_span(job.trace, job.task_id, job.seq, job.attempts + 1)
+        span = tel.push_span(job.trace, job.task_id, job.seq, job.attempts + 1, config.url)
         headers = request_headers(job, config)
-        parent = hub.traceparent(span.get_span_context())
-        if parent:
-            headers.append(("traceparent", parent))
+        carried: dict[str, str] = {}
+        hub.inject(carried, span)  # in the configured propagator's format (OTEL_PROPAGATORS)
+        headers.extend(carried.items())
         outcome = "dead"
         try:
-            outcome = await self._attempt(lease, job, config, headers)
+            outcome = await self._attempt(lease, job, config, headers, span)
         finally:
             tel.push_outcome(outcome)
             span.set_attribute(names.PUSH_OUTCOME, outcome)
@@ -246,6 +268,7 @@ class DeliveryWorker:
         job: Job,
         config: pb.TaskPushNotificationConfig,
         headers: list[tuple[str, str]],
+        span: trace.Span | None = None,
     ) -> str:
         """One POST and what follows; returns the outcome (delivered, retried, dead)."""
         try:
@@ -261,6 +284,8 @@ class DeliveryWorker:
                 lease, job, f"network error: {type(exc).__name__}: {exc}", None
             )
         status = reply.status
+        if span is not None:
+            span.set_attribute(names.HTTP_STATUS, status)
         if 200 <= status < 300:
             self.delivered += 1
             await self.queue.ack(lease)

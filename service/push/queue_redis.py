@@ -200,6 +200,19 @@ class RedisQueue:
         self._own_pending: str | None = "0"  # read our own pending entries first (after a restart)
         self._event = asyncio.Event()
 
+    async def backlog(self) -> int:
+        """Jobs waiting (due, in flight or waiting for a retry: one per lane's head, and the
+        lanes' later jobs), for the queue-depth gauge. One round trip per call."""
+        with redis_outage("push queue"):
+            lanes = await self.r.hkeys(self.head)
+            if not lanes:
+                return 0
+            pipe = self.r.pipeline(transaction=False)
+            for lane in lanes:
+                pipe.zcard(self._lane_key(str(lane)))
+            later = await pipe.execute()
+        return len(lanes) + sum(int(n) for n in later)
+
     def _lane_key(self, lane: str) -> str:
         return f"{self.prefix}:lane:{lane}"
 

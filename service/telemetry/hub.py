@@ -17,16 +17,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from time import perf_counter, time_ns
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import grpc
+from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Link, SpanContext, SpanKind, StatusCode
 from opentelemetry.trace.propagation import get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from service.telemetry import names
+from service.telemetry import names, spans
 from service.telemetry.spans import (
     EMPTY_STATE,
     INTERNAL,
@@ -35,10 +38,15 @@ from service.telemetry.spans import (
     LightSpan,
     LightTracer,
     _bits,
+    trim,
 )
 
+# W3C trace context is the service's own format for a span it keeps (a push job's parent,
+# stored with the job); what goes over the wire is the configured propagator's (`inject`).
 _W3C = TraceContextTextMapPropagator()
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
+GRPC_CODES = {code.name: code.value[0] for code in grpc.StatusCode}  # OK -> 0, ...
+_NO_NAMES: dict[str, str] = {}
 # The current span is OpenTelemetry's (the service's calls and turns, an agent's own spans),
 # and the service sets it directly: `otel_context.attach(set_span_in_context())` makes ten
 # Python calls for what is one dict and one ContextVar.set, twice per request. Only with
@@ -137,6 +145,25 @@ def remote_parent(carrier: Mapping[str, str]) -> SpanContext | None:
     return parent if parent.is_valid else None
 
 
+def extract(
+    propagator: TextMapPropagator, carrier: Mapping[str, str]
+) -> tuple[SpanContext | None, Context | None]:
+    """The caller's span and, when it sent baggage, the context that carries it."""
+    ctx = propagator.extract(carrier)
+    parent = get_current_span(ctx).get_span_context()
+    return (parent if parent.is_valid else None), (ctx if baggage.get_all(ctx) else None)
+
+
+def inject(headers: dict[str, str], span: trace.Span | None = None) -> None:
+    """Add the configured propagator's headers for `span` (default: the current span)
+    and the current baggage to `headers`."""
+    if span is None:
+        span = current_span()
+    if not span.get_span_context().is_valid:
+        return
+    propagate.inject(headers, set_span_in_context(span, otel_context.get_current()))
+
+
 def current_span() -> trace.Span:
     """The current span: a call's or a turn's of the service, or an agent's own."""
     var = _OTEL_CURRENT
@@ -184,7 +211,17 @@ class Call(LightSpan):
     """One server call being observed: its span (current while the handler runs), and
     what the metric gets at the end."""
 
-    __slots__ = ("tel", "method", "binding", "outcome", "code", "started", "_token", "_stream")
+    __slots__ = (
+        "tel",
+        "method",
+        "binding",
+        "outcome",
+        "code",
+        "route",
+        "started",
+        "_token",
+        "_stream",
+    )
 
     def __init__(
         self,
@@ -193,16 +230,22 @@ class Call(LightSpan):
         binding: str,
         parent: SpanContext | None,
         attach: bool,
+        name: str = "",
+        attributes: dict[str, Any] | None = None,
+        carried: Context | None = None,
     ) -> None:
+        """`name` (default `method`) and `attributes` (default the A2A method and binding)
+        of the span; `carried`: the caller's context when it sent baggage, current while
+        the call runs."""
         tracer = tel.tracer
+        if attributes is None:
+            attributes = {names.METHOD: method, names.BINDING: binding}
         if parent is not None or tracer is None or not tracer.sample_all:
-            LightSpan.__init__(
-                self, tracer, method, SERVER, parent, {names.METHOD: method, names.BINDING: binding}
-            )
+            LightSpan.__init__(self, tracer, name or method, SERVER, parent, attributes)
         else:  # the common case, a new trace that is sampled: LightSpan.__init__ inlined
-            self.name = method
+            self.name = name or method
             self.kind = SERVER
-            self.attributes = {names.METHOD: method, names.BINDING: binding}
+            self.attributes = attributes
             self.events = []
             self.links = ()
             self.status_code = self.dropped_events = self.end_time = self.parent_id = 0
@@ -221,6 +264,7 @@ class Call(LightSpan):
         self.binding = binding
         self.outcome = names.OK
         self.code = "OK"
+        self.route = ""
         self.started = perf_counter()
         self._stream = False
         # Current until `detach` (`enter`, inlined for its common case)
@@ -228,19 +272,32 @@ class Call(LightSpan):
         self._token: Token | None = None
         if not attach:
             pass
+        elif carried is not None:  # the caller's baggage is current too
+            self._token = otel_context.attach(set_span_in_context(self, carried))
         elif var is not None:
             self._token = var.set(Context({**var.get(), _SPAN_KEY: self}))
         else:
             self._token = enter(self)
 
     def rename(self, method: str, binding: str) -> None:
-        """The A2A method became known (JSON-RPC: after the body was read)."""
+        """The A2A method became known (JSON-RPC: after the body was read). The span's
+        name stays the conventional one (the RPC, or the HTTP method and route)."""
         self.method = method
         self.binding = binding
         if self.recording:
-            self.name = method
             self.attributes[names.METHOD] = method
             self.attributes[names.BINDING] = binding
+
+    def routed(self, route: str) -> None:
+        """The HTTP request matched `route` (its template): the span becomes
+        `{method} {route}`."""
+        self.route = route
+        if self.recording:
+            attributes = self.attributes
+            attributes[names.HTTP_ROUTE] = route
+            http_method = attributes.get(names.HTTP_METHOD, names.OTHER)
+            if http_method != names.OTHER:  # an unknown method's span stays `HTTP`
+                self.name = self.tel.http_name(http_method, route)
 
     def principal(self, principal: str) -> None:
         if principal and self.recording:
@@ -289,20 +346,31 @@ class Call(LightSpan):
         key = tel.rpc_keys.get(labels)
         if key is None:
             key = tel.rpc_key(*labels)
+        if self.recording:
+            self.attributes[names.RPC_STATUS] = key[3][1]
         self._finish(tel.rpc_duration, key)
 
-    def end_request(self, histogram: Hist, attributes: Key) -> None:
-        """End an HTTP request: its span, and one record in `histogram` with `attributes`
-        and the A2A ones."""
-        self._finish(
-            histogram,
-            (
+    def end_request(self, histogram: Hist, attributes: Key, status: int = 0) -> None:
+        """End an HTTP request (answered with `status`): its span, and one record in
+        `histogram` with `attributes` and the A2A ones."""
+        if self.recording and status:
+            self.attributes[names.HTTP_STATUS] = status
+        if self.route:
+            key: Key = (
+                *attributes,
+                (names.HTTP_ROUTE, self.route),
+                (names.METHOD, self.method),
+                (names.BINDING, self.binding),
+                (names.OUTCOME, self.outcome),
+            )
+        else:
+            key = (
                 *attributes,
                 (names.METHOD, self.method),
                 (names.BINDING, self.binding),
                 (names.OUTCOME, self.outcome),
-            ),
-        )
+            )
+        self._finish(histogram, key)
 
     def _finish(self, histogram: Hist, key: Key) -> None:
         seconds = perf_counter() - self.started
@@ -316,6 +384,9 @@ class Call(LightSpan):
             self.end_time = time_ns()
             if self.recording:
                 self.attributes[names.OUTCOME] = self.outcome
+                limits = spans.LIMITS
+                if limits.set_by_env:
+                    trim(self, limits)
                 self.recording = False
                 self._sink.finished(self)  # type: ignore[union-attr]  # recording: it has one
         histogram.record(seconds, key)
@@ -333,7 +404,7 @@ class Turn(LightSpan):
     def committed(self, events: int, seconds: float, failed: bool = False) -> None:
         """The turn's events up to now are durable in the store (a span event, not a span of
         its own: a span costs as much again to make and export, and there is one per commit)."""
-        attributes: dict[str, Any] = {names.EVENTS: events, names.COMMIT_MS: seconds * 1000}
+        attributes: dict[str, Any] = {names.EVENTS: events, names.COMMIT_SECONDS: seconds}
         if failed:
             attributes[names.ERROR_TYPE] = "commit failed"
         self._add_event(names.EVENT_COMMIT, attributes)
@@ -348,20 +419,31 @@ class Turn(LightSpan):
 class Telemetry:
     """Spans and counts of one installed configuration (setup.py builds it)."""
 
-    def __init__(self, tracer: LightTracer | None) -> None:
+    def __init__(
+        self, tracer: LightTracer | None, propagator: TextMapPropagator | None = None
+    ) -> None:
         self.tracer = tracer  # None: metrics only (metrics_endpoint without traces)
+        # what extracts a caller's context: the global propagator (OTEL_PROPAGATORS), and
+        # the headers it reads (a call that has none of them is a new trace, at no cost)
+        self.propagator = propagator or propagate.get_global_textmap()
+        self.carried = frozenset(self.propagator.fields)
         self.rpc_duration = Hist(names.RPC_DURATION, SECONDS_BUCKETS)
         self.http_duration = Hist(names.HTTP_DURATION, SECONDS_BUCKETS)
         self.commit_duration = Hist(names.COMMIT_DURATION, SECONDS_BUCKETS)
         self.commit_batch = Hist(names.COMMIT_BATCH, BATCH_BUCKETS)
+        self.turn_duration = Hist(names.TURN_DURATION, SECONDS_BUCKETS)
         self.histograms = (
             self.rpc_duration,
             self.http_duration,
             self.commit_duration,
             self.commit_batch,
+            self.turn_duration,
         )
+        self.agent = ""  # the agent's name, on `a2a.turn.duration`
         self.tasks_active = 0
         self.push_queue_depth: int | None = None
+        # store/bus/queue -> 1 up, 0 down, as the last readiness check found them
+        self.dependencies: Callable[[], Mapping[str, int]] | None = None
         self.tasks_ended = Counts()
         self.streams_open = Counts()
         self.stream_events = Counts()
@@ -369,6 +451,9 @@ class Telemetry:
         self.auth_failures = Counts()
         self.refused = Counts()
         self.rpc_keys: dict[tuple[str, ...], Key] = {}  # see rpc_key
+        # span names and metric keys made once, looked up without making a key per call
+        self.span_names: dict[str, dict[str, str]] = {}  # see rpc_name, http_name
+        self.turn_keys: dict[str, Key] = {}  # see turn_ended
 
     # ---- spans ------------------------------------------------------------------------
 
@@ -393,12 +478,50 @@ class Telemetry:
         )
 
     def server_call(
-        self, method: str, binding: str, carrier: Mapping[str, str] | None, attach: bool = True
+        self,
+        method: str,
+        binding: str,
+        carrier: Mapping[str, str] | None,
+        attach: bool = True,
+        *,
+        service: str = "",
+        attributes: dict[str, Any] | None = None,
     ) -> Call:
         """The server span of one call (made current unless `attach` is False), continuing
-        the caller's trace when `carrier` holds a W3C traceparent."""
-        parent = remote_parent(carrier) if carrier and TRACEPARENT in carrier else None
-        return Call(self, method, binding, parent, attach)
+        the caller's trace (and baggage) when `carrier` holds what the propagator reads.
+        `service`: a gRPC call's service (the span is `{service}/{method}`, with the `rpc.*`
+        attributes); `attributes`: an HTTP request's (the A2A ones are added)."""
+        parent = carried = None
+        if carrier and not self.carried.isdisjoint(carrier):
+            parent, carried = extract(self.propagator, carrier)
+        name = method
+        if service:
+            name = self.span_names.get(service, _NO_NAMES).get(method) or self.rpc_name(
+                service, method
+            )
+            attributes = {
+                names.METHOD: method,
+                names.BINDING: binding,
+                names.RPC_SYSTEM: names.GRPC_SYSTEM,
+                names.RPC_SERVICE: service,
+                names.RPC_METHOD: method,
+            }
+        elif attributes is not None:
+            attributes[names.METHOD] = method
+            attributes[names.BINDING] = binding
+        return Call(self, method, binding, parent, attach, name, attributes, carried)
+
+    def rpc_name(self, service: str, method: str) -> str:
+        """A gRPC server span's name, made once per method."""
+        name = self.span_names.setdefault(service, {})[method] = f"{service}/{method}"
+        return name
+
+    def http_name(self, http_method: str, route: str) -> str:
+        """An HTTP server span's name once its route is known, made once per route."""
+        name = self.span_names.get(http_method, _NO_NAMES).get(route)
+        if name is None:
+            name = self.span_names.setdefault(http_method, {})[route] = f"{http_method} {route}"
+        return name
 
     def servicer_span(self, method: str) -> trace.Span:
         """The in-process servicer call under a gateway request."""
@@ -414,18 +537,38 @@ class Telemetry:
         return Turn(self.tracer, names.TURN_SPAN, INTERNAL, current_span(), attributes)
 
     def push_span(
-        self, parent_traceparent: str, task_id: str, seq: int, attempt: int
+        self,
+        parent_traceparent: str,
+        task_id: str,
+        seq: int,
+        attempt: int,
+        url: str = "",
     ) -> trace.Span:
-        """The span of one delivery attempt: a child of the span named by the job's
-        traceparent (the turn that committed the event), and linked to it."""
+        """The span of one delivery attempt (a POST to `url`): a child of the span named by
+        the job's traceparent (the turn that committed the event), and linked to it."""
         parent = context_of(parent_traceparent)
+        attributes: dict[str, Any] = {
+            names.TASK_ID: task_id,
+            names.SEQ: int(seq),
+            names.PUSH_ATTEMPT: int(attempt),
+            names.HTTP_METHOD: "POST",
+        }
+        if url:
+            attributes.update(url_attributes(url))
         return self.span(
             names.PUSH_SPAN,
             SpanKind.CLIENT,
-            {names.TASK_ID: task_id, names.SEQ: seq, names.PUSH_ATTEMPT: attempt},
+            attributes,
             parent or trace.INVALID_SPAN_CONTEXT,
             (Link(parent),) if parent is not None else (),
         )
+
+    def turn_ended(self, turn: LightSpan, state: str, seconds: float) -> None:
+        """An agent turn ended with the task in `state`: `a2a.turn.duration`."""
+        key = self.turn_keys.get(state)
+        if key is None:
+            key = self.turn_keys[state] = ((names.AGENT, self.agent), (names.STATE, state))
+        self.turn_duration.record(seconds, key)
 
     # ---- counts -----------------------------------------------------------------------
 
@@ -446,9 +589,10 @@ class Telemetry:
         """The attributes of one `rpc.server.call.duration` record, made once per
         combination (a handful of methods, codes and outcomes) and kept."""
         key = self.rpc_keys[(service, method, binding, code, outcome)] = (
-            (names.RPC_SYSTEM, "grpc"),
-            (names.RPC_METHOD, f"{service}/{method}"),
-            (names.RPC_STATUS, code),
+            (names.RPC_SYSTEM, names.GRPC_SYSTEM),
+            (names.RPC_SERVICE, service),
+            (names.RPC_METHOD, method),
+            (names.RPC_STATUS, GRPC_CODES.get(code, GRPC_CODES["UNKNOWN"])),
             (names.METHOD, method),
             (names.BINDING, binding),
             (names.OUTCOME, outcome),
@@ -469,6 +613,8 @@ class Telemetry:
         yield names.PUSH_QUEUE_DEPTH, [] if depth is None else [({}, depth)]
         yield names.AUTH_FAILURES, self.auth_failures.snapshot()
         yield names.REFUSED, self.refused.snapshot()
+        states = self.dependencies() if self.dependencies is not None else {}
+        yield names.DEPENDENCY_UP, [({names.DEPENDENCY: name}, up) for name, up in states.items()]
 
 
 current: Telemetry | None = None  # set by setup.install, cleared by its shutdown
@@ -489,3 +635,22 @@ def count_auth_failure(scheme: str) -> None:
     tel = current
     if tel is not None:
         tel.auth_failures.add(((names.AUTH_SCHEME, scheme),))
+
+
+def url_attributes(url: str) -> dict[str, Any]:
+    """A push callback's `url.full`, `server.address` and `server.port`: without the
+    userinfo, the query and the fragment (where a receiver's token would be)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = parts.hostname or ""
+    except ValueError:
+        return {}
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return {
+        names.URL_FULL: urlunsplit((parts.scheme, netloc, parts.path, "", "")),
+        names.SERVER_ADDRESS: host,
+        names.SERVER_PORT: port,
+    }

@@ -46,7 +46,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from service.telemetry import hub, names
+from service.telemetry import hub, names, propagation, spans
 from service.telemetry.export import SpanPipeline
 from service.telemetry.otlp import otlp_metric_exporter, otlp_span_exporter
 from service.telemetry.settings import TelemetrySettings
@@ -100,6 +100,7 @@ class Installed:
     prometheus: Any = None  # the CollectorRegistry /metrics renders
     # The OTLP exporters, stopped when the shutdown's bound passes: that ends their retries.
     exporters: list[Any] = field(default_factory=list)
+    system_metrics: Any = None  # the process/runtime instrumentor, uninstrumented at shutdown
     _closed: bool = field(default=False)
 
     def metrics_text(self) -> bytes:
@@ -154,6 +155,8 @@ class Installed:
             self.pipeline.shutdown(timeout)
         if self.agent_spans is not None:
             self.agent_spans.shutdown()
+        if self.system_metrics is not None:
+            self.system_metrics.uninstrument()
         self.meter_provider.shutdown(timeout_millis=timeout * 1000)
 
 
@@ -281,6 +284,9 @@ def install(
         readers.append(PrometheusMetricReader(registry=prometheus))
     provider = MeterProvider(resource=resource, metric_readers=readers)
     _set_globals(resource, provider)
+    propagator = propagation.install_propagator()
+    spans.LIMITS = propagation.configured_limits()
+    system_metrics = _process_metrics(provider)
     meter = provider.get_meter(names.SCOPE, service_version or None)
 
     pipeline = None
@@ -304,7 +310,7 @@ def install(
         tracer = LightTracer(pipeline, _root_sampler())
         agent_spans = BatchSpanProcessor(agent_exporter, schedule_delay_millis=span_interval * 1000)
         _forward.target = agent_spans
-    tel = hub.Telemetry(tracer)
+    tel = hub.Telemetry(tracer, propagator)
     for reader in readers:
         _merge_histograms(reader, tel, scope, time.time_ns())
     for metric in names.METRICS:
@@ -323,7 +329,28 @@ def install(
             description=metric.description,
         )
     hub.current = tel
-    return Installed(tel, provider, pipeline, agent_spans, prometheus, exporters=exporters)
+    return Installed(
+        tel,
+        provider,
+        pipeline,
+        agent_spans,
+        prometheus,
+        exporters=exporters,
+        system_metrics=system_metrics,
+    )
+
+
+def _process_metrics(provider: MeterProvider) -> Any:
+    """CPU, memory, open fds, threads and GC of this process (names.PROCESS_METRICS), from
+    opentelemetry-instrumentation-system-metrics into `provider` (the instrumentor is one
+    per process: an earlier installation's is undone first)."""
+    from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
+
+    instrumentor = SystemMetricsInstrumentor(config=dict(names.PROCESS_METRICS))
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+    instrumentor.instrument(meter_provider=provider)
+    return instrumentor
 
 
 def start_metrics_listener(installed: Installed | None, host: str, port: int) -> Any:

@@ -14,6 +14,11 @@ Sampling follows the parent's sampled flag; a root is sampled by the configured 
 sampler (`OTEL_TRACES_SAMPLER`, default always on). An unsampled span still carries its
 ids, so propagation keeps working, but it records nothing and never reaches the sink.
 Without a tracer (metrics only) a span has no ids at all: its context is invalid.
+
+Limits (`OTEL_SPAN_*`, propagation.py) are those of `LIMITS`: events past the limit are
+counted as dropped, attributes set through the API past the count are dropped, and
+when any limit was configured a span is trimmed to it as it ends (attribute count and
+string length, links): nothing is checked per attribute on the service's own path.
 """
 
 from __future__ import annotations
@@ -35,9 +40,12 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
+from service.telemetry.propagation import Limits
+
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-MAX_EVENTS = 32  # per span; more are counted in `dropped_events`, not kept
+MAX_EVENTS = 32  # per span by default; more are counted in `dropped_events`, not kept
+LIMITS = Limits()  # what setup.install read from the environment
 EMPTY_STATE = TraceState()
 SERVER, CLIENT, INTERNAL = SpanKind.SERVER.value, SpanKind.CLIENT.value, SpanKind.INTERNAL.value
 # A SpanContext is the tuple (trace_id, span_id, is_remote, flags, state, is_valid); its
@@ -69,6 +77,32 @@ def _clean(value: Any) -> Any:
 
 def cleaned(attributes: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): _clean(v) for k, v in attributes.items()}
+
+
+def _cut(value: Any, length: int) -> Any:
+    if type(value) is str:
+        return value[:length]
+    if type(value) is list:
+        return [v[:length] if type(v) is str else v for v in value]
+    return value
+
+
+def trim(span: LightSpan, limits: Limits) -> None:
+    """Bring an ending span within `limits` (called only when limits were configured)."""
+    attributes = span.attributes
+    most = limits.max_attributes
+    if most is not None and len(attributes) > most:
+        span.attributes = attributes = dict(list(attributes.items())[:most])
+    length = limits.max_value_length
+    if length is not None:
+        for key, value in attributes.items():
+            attributes[key] = _cut(value, length)
+        for _, _, event_attributes in span.events:
+            if isinstance(event_attributes, dict):
+                for key, value in event_attributes.items():
+                    event_attributes[key] = _cut(value, length)
+    if len(span.links) > limits.max_links:
+        span.links = tuple(span.links)[: limits.max_links]
 
 
 class SpanSink(Protocol):
@@ -195,6 +229,8 @@ class LightSpan(trace.Span):
             return
         self.end_time = end_time or _time_ns()
         if self.recording:
+            if LIMITS.set_by_env:
+                trim(self, LIMITS)
             self.recording = False
             self._sink.finished(self)  # type: ignore[union-attr]  # recording: it has one
 
@@ -217,12 +253,21 @@ class LightSpan(trace.Span):
         return SpanContext(self.trace_id, self.parent_id, self.parent_remote, self.flags)
 
     def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:
-        if self.recording:
-            self.attributes.update(cleaned(attributes))
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
-        if self.recording:
-            self.attributes[str(key)] = _clean(value)
+        """An attribute set through the API (by an agent): within the attribute limits."""
+        if not self.recording:
+            return
+        key = str(key)
+        attributes = self.attributes
+        most = LIMITS.max_attributes
+        if most is not None and key not in attributes and len(attributes) >= most:
+            return
+        value = _clean(value)
+        length = LIMITS.max_value_length
+        attributes[key] = value if length is None else _cut(value, length)
 
     def add_event(
         self,
@@ -240,7 +285,7 @@ class LightSpan(trace.Span):
         kept up to MAX_EVENTS, counted as dropped past them, none once the span ended."""
         if not self.recording:
             return
-        if len(self.events) >= MAX_EVENTS:
+        if len(self.events) >= LIMITS.max_events:
             self.dropped_events += 1
             return
         self.events.append((name, timestamp or _time_ns(), attributes))

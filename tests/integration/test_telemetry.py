@@ -161,13 +161,16 @@ async def test_one_trace_from_http_request_to_push_delivery(telemetry):
             )
 
         await eventually(final_pushed, what="the final event at the receiver")
-        await eventually(lambda: len(by_name(exporter.get_finished_spans(), "push delivery")) >= 1)
+        await eventually(lambda: len(by_name(exporter.get_finished_spans(), names.PUSH_SPAN)) >= 1)
         installed.flush()
         spans = list(exporter.get_finished_spans())
     finally:
         await receiver.stop()
 
-    request = next(s for s in by_name(spans, "SendMessage") if s.kind == trace.SpanKind.SERVER)
+    request = next(
+        s for s in by_name(spans, "POST /") if s.attributes.get(names.TASK_ID) == task["id"]
+    )
+    assert request.kind == trace.SpanKind.SERVER
     assert format(request.context.trace_id, "032x") == CALLER_TRACE  # the caller's trace goes on
     assert request.parent is not None and format(request.parent.span_id, "016x") == CALLER_SPAN
     attrs = request.attributes
@@ -175,6 +178,12 @@ async def test_one_trace_from_http_request_to_push_delivery(telemetry):
     assert attrs[names.TASK_ID] == task["id"] and attrs[names.CONTEXT_ID] == task["contextId"]
     assert attrs[names.PRINCIPAL] == "bearer:ci"
     assert attrs[names.STATE] == "TASK_STATE_COMPLETED" and attrs[names.OUTCOME] == "OK"
+    # the semantic conventions' HTTP server attributes, in their types
+    assert attrs["http.request.method"] == "POST" and attrs["http.route"] == "/"
+    assert attrs["url.path"] == "/" and attrs["url.scheme"] == "http"
+    assert attrs["client.address"] == "127.0.0.1"
+    assert attrs["http.response.status_code"] == 200
+    assert type(attrs["http.response.status_code"]) is int
 
     servicer = one(spans, "A2AApi/SendMessage")
     assert child_of(servicer, request)
@@ -188,17 +197,30 @@ async def test_one_trace_from_http_request_to_push_delivery(telemetry):
     assert sum(1 for n, _ in events if n == names.EVENT_ARTIFACT) == 2
     commits = [a for n, a in events if n == names.EVENT_COMMIT]  # the store commit, on the turn
     assert commits and sum(c[names.EVENTS] for c in commits) >= 4  # task, WORKING, 2 chunks, ...
+    assert all(type(c[names.EVENTS]) is int for c in commits)
+    assert all(type(c["a2a.store.commit.duration"]) is float for c in commits)  # seconds
+    assert all(c["a2a.store.commit.duration"] < 10 for c in commits)
+    assert all(type(a[names.SEQ]) is int for n, a in events if n == names.EVENT_STATUS)
 
-    deliveries = by_name(spans, "push delivery")
+    deliveries = by_name(spans, names.PUSH_SPAN)
     assert deliveries and all(child_of(d, turn) for d in deliveries)
     assert all(d.links and d.links[0].context.span_id == turn.context.span_id for d in deliveries)
     assert all(d.attributes[names.PUSH_OUTCOME] == "delivered" for d in deliveries)
+    for d in deliveries:  # an HTTP client span, as the conventions say
+        assert d.kind == trace.SpanKind.CLIENT and d.name == "POST"
+        a = d.attributes
+        assert a["http.request.method"] == "POST" and a["http.response.status_code"] == 200
+        assert a["url.full"] == receiver.url.split("?")[0]
+        assert a["server.address"] == "127.0.0.1" and a["server.port"] == receiver.port
+        assert type(a[names.SEQ]) is int and a[names.PUSH_ATTEMPT] == 1
     delivery_ids = {format(d.context.span_id, "016x") for d in deliveries}
     for pushed in receiver.requests:  # the receiver can continue the trace
         _, trace_id, parent_id, _ = pushed.headers["traceparent"].split("-")
         assert trace_id == CALLER_TRACE and parent_id in delivery_ids
 
-    refused = one(spans, "HTTP POST")  # refused before the body (and its method) was read
+    refused = next(  # refused before the body (and its method) was read
+        s for s in by_name(spans, "POST /") if s.attributes[names.OUTCOME] != "OK"
+    )
     assert refused.attributes[names.OUTCOME] == "UNAUTHENTICATED"
     no_secret_in(spans)
 
@@ -243,13 +265,18 @@ async def test_grpc_traceparent_is_continued_and_agents_nest_spans(telemetry):
 
     server = next(
         s
-        for s in by_name(spans, "SendMessage")
+        for s in by_name(spans, "lf.a2a.v1.A2AService/SendMessage")
         if s.attributes.get(names.TASK_ID) == response.task.id
     )
     assert server.kind == trace.SpanKind.SERVER
     assert format(server.context.trace_id, "032x") == CALLER_TRACE
     assert format(server.parent.span_id, "016x") == CALLER_SPAN
     assert server.attributes[names.BINDING] == names.GRPC
+    # the semantic conventions' gRPC server attributes, in their types
+    assert server.attributes["rpc.system"] == "grpc"
+    assert server.attributes["rpc.service"] == "lf.a2a.v1.A2AService"
+    assert server.attributes["rpc.method"] == "SendMessage"
+    assert server.attributes["rpc.grpc.status_code"] == 0
     turn = next(
         s for s in by_name(spans, "agent turn") if s.attributes[names.TASK_ID] == response.task.id
     )
@@ -257,9 +284,10 @@ async def test_grpc_traceparent_is_continued_and_agents_nest_spans(telemetry):
     own = next(s for s in by_name(spans, "look things up") if child_of(s, turn))
     assert own.attributes["lookup.words"] == 3
 
-    missing = one(spans, "GetTask")
+    missing = one(spans, "lf.a2a.v1.A2AService/GetTask")
     assert missing.attributes[names.OUTCOME] == "TASK_NOT_FOUND"
-    stream = one(spans, "SendStreamingMessage")
+    assert missing.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
+    stream = one(spans, "lf.a2a.v1.A2AService/SendStreamingMessage")
     assert stream.attributes[names.STATE] == "TASK_STATE_COMPLETED"
 
     rpc = {
@@ -267,6 +295,9 @@ async def test_grpc_traceparent_is_continued_and_agents_nest_spans(telemetry):
         for p in points(reader, names.RPC_DURATION.name)
     }
     assert rpc[("SendMessage", "OK")] == 1
+    point = next(p for p in points(reader, names.RPC_DURATION.name) if p.count)
+    assert dict(point.attributes)["rpc.system"] == "grpc"
+    assert type(dict(point.attributes)["rpc.grpc.status_code"]) is int  # as on the span
     assert rpc[("GetTask", "TASK_NOT_FOUND")] == 1
     assert rpc[("SendStreamingMessage", "OK")] == 1
     sent = points(reader, names.STREAM_EVENTS.name)

@@ -142,20 +142,23 @@ async def test_the_otlp_exporter_sends_spans_and_metrics(
 
     def arrived() -> bool:
         names = {s.name for s in collected.spans}
-        return {"SendMessage", "agent's own work"} <= names and (
+        return {"lf.a2a.v1.A2AService/SendMessage", "agent's own work"} <= names and (
             {"rpc.server.call.duration", "a2a.tasks.ended", "a2a.tasks.active"} <= collected.metrics
         )
 
     await eventually(arrived, seconds=20, what="spans and metrics at the collector")
-    server = next(s for s in collected.spans if s.name == "SendMessage")
+    server = next(s for s in collected.spans if s.name == "lf.a2a.v1.A2AService/SendMessage")
     attributes = {kv.key: kv.value.string_value for kv in server.attributes}
     assert attributes["a2a.task.id"] == response.task.id
     assert attributes["a2a.binding"] == "GRPC"
+    assert attributes["rpc.system"] == "grpc" and attributes["rpc.method"] == "SendMessage"
+    codes = [kv.value for kv in server.attributes if kv.key == "rpc.grpc.status_code"]
+    assert [c.WhichOneof("value") for c in codes] == ["int_value"] and codes[0].int_value == 0
     turn = next(s for s in collected.spans if s.name == "agent turn")
     assert turn.parent_span_id == server.span_id and turn.trace_id == server.trace_id
     # (an agent's spans carry the resource of the first installation in a process: in this
     # test process that may be another test's)
-    assert collected.service_of["SendMessage"] == "otlp-test-service"
+    assert collected.service_of["lf.a2a.v1.A2AService/SendMessage"] == "otlp-test-service"
     assert collected.service_of["agent turn"] == "otlp-test-service"
     assert any(h.get("x-collector-tenant") == "team-a" for h in collected.headers)
     # The exporter process runs at the lowest CPU priority: serving comes first.
