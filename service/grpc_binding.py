@@ -106,6 +106,16 @@ class Binding:
         self.name = name  # in access lines; a v0.3 binding's ends with "-v0.3"
         self.service = service  # the gRPC service, on the call's span
 
+    def open(self, name: str, context: grpc.aio.ServicerContext) -> tuple[Call, CallMetadata]:
+        """The call's record, opened as it arrives (its span continues the caller's trace)."""
+        metadata = metadata_of(context)
+        call = self.pipeline.open(
+            self.name, name, span_binding=names.GRPC, carrier=metadata, service=self.service
+        )
+        if call.logged:
+            _transport(call, context, metadata)
+        return call, metadata
+
     async def enter(
         self,
         call: Call,
@@ -113,9 +123,12 @@ class Binding:
         request: ProtoMessage | Undecodable,
         edge: Edge | None = None,
     ) -> tuple[ProtoMessage, CallContext]:
-        """Authentication, the request's decoding (and, on another version's binding, its
+        """A slot of the call limit first (a flood costs no authentication), then
+        authentication, the request's decoding (and, on another version's binding, its
         translation: a request that does not translate is refused like one that does not
-        parse), the interceptors (the call holds a slot of the call limit by now)."""
+        parse), the interceptors."""
+        self.calls.take()
+        call.held = True
         if not isinstance(request, Undecodable):
             call.saw(request)
         pipeline = self.pipeline
@@ -127,6 +140,24 @@ class Binding:
         await pipeline.admit(call, context, message)
         return message, context
 
+    async def refuse(
+        self,
+        call: Call,
+        exc: Exception,
+        name: str,
+        context: grpc.aio.ServicerContext,
+        status: Callable[[A2AError], grpc.Status],
+    ) -> None:
+        """End the call with `exc` as a typed status (every failure leaves so)."""
+        err = self.pipeline.failed(call, exc, name)
+        call.status = err.grpc_status
+        await context.abort_with_status(status(err))
+
+    def close(self, call: Call) -> None:
+        if call.held:
+            self.calls.give()
+        self.pipeline.close(call)
+
 
 def unary_method(
     name: str,
@@ -135,42 +166,27 @@ def unary_method(
     edge: Edge | None = None,
 ) -> Callable[..., Awaitable[Any]]:
     """The servicer method `name`: the pipeline around `handler` (an A2AApi method)."""
-    pipeline = binding.pipeline
     status = edge.status if edge is not None else error_status
 
     async def method(self: object, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        metadata = metadata_of(context)
-        call = pipeline.open(
-            binding.name, name, span_binding=names.GRPC, carrier=metadata, service=binding.service
-        )
-        logged = call.logged
-        if logged:
-            _transport(call, context, metadata)
-        calls = binding.calls
-        held = False
+        call, metadata = binding.open(name, context)
         try:
-            calls.take()
-            held = True
             message, ctx = await binding.enter(call, metadata, request, edge)
             response = await handler(message, ctx)
             call.replied(response)
             reply = response if edge is None else edge.reply(response)
             call.status = OK
-            if logged:
+            if call.logged:
                 call.bytes = reply.ByteSize()
             return reply
-        except Exception as exc:  # every failure leaves as a typed status
-            err = pipeline.failed(call, exc, name)
-            call.status = err.grpc_status
-            await context.abort_with_status(status(err))
+        except Exception as exc:
+            await binding.refuse(call, exc, name, context, status)
         except asyncio.CancelledError:  # the caller went away
             call.cancelled()
             call.status = CANCELLED
             raise
         finally:
-            if held:
-                calls.give()
-            pipeline.close(call)
+            binding.close(call)
 
     method.__name__ = name
     return method
@@ -183,25 +199,15 @@ def streaming_method(
     edge: Edge | None = None,
 ) -> Callable[..., AsyncIterator[Any]]:
     """The server-streaming servicer method `name`: the pipeline around `handler`."""
-    pipeline = binding.pipeline
     status = edge.status if edge is not None else error_status
     ends = edge.ends if edge is not None else None
 
     async def method(
         self: object, request: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        metadata = metadata_of(context)
-        call = pipeline.open(
-            binding.name, name, span_binding=names.GRPC, carrier=metadata, service=binding.service
-        )
+        call, metadata = binding.open(name, context)
         logged = call.logged
-        if logged:
-            _transport(call, context, metadata)
-        calls = binding.calls
-        held = False
         try:
-            calls.take()
-            held = True
             message, ctx = await binding.enter(call, metadata, request, edge)
             events = await handler(message, ctx)
             call.streaming()
@@ -222,17 +228,13 @@ def streaming_method(
                         break
             call.status = OK
         except Exception as exc:
-            err = pipeline.failed(call, exc, name)
-            call.status = err.grpc_status
-            await context.abort_with_status(status(err))
+            await binding.refuse(call, exc, name, context, status)
         except asyncio.CancelledError:  # the caller went away
             call.cancelled()
             call.status = CANCELLED
             raise
         finally:
-            if held:
-                calls.give()
-            pipeline.close(call)
+            binding.close(call)
 
     method.__name__ = name
     return method

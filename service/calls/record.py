@@ -78,6 +78,7 @@ class Call:
         "user_agent",
         "status",
         "bytes",
+        "held",
         "_log",
         "_end_span",
     )
@@ -107,6 +108,7 @@ class Call:
         self.user_agent = ""
         self.status: int | str = 0
         self.bytes = 0
+        self.held = False  # a slot of the binding's call limit, given back when it closes
         self._log = log
         self._end_span = end_span  # the gRPC service whose call the span ends ('': not ours)
 
