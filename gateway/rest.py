@@ -12,6 +12,8 @@ is 405 with an Allow header.
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
@@ -23,7 +25,7 @@ from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
 from gateway.params import Caller, call_context
 from gateway.replies import invoke
-from gateway.routes import Router, route_table, with_post_aliases
+from gateway.routes import Route, Router, route_table, with_post_aliases
 from gateway.transcode import build_request, parse_json_body, resolve_path
 from service.calls import record
 from service.calls.pipeline import Pipeline
@@ -68,33 +70,15 @@ class RestEndpoint:
         name = "?"
         try:
             codec = rest_codec(request.headers.get("accept"))
-            raw_path = request.scope.get("raw_path")
-            path = raw_path.decode("latin-1") if raw_path else request.url.path
-            match = self.router.match(request.method, path)
-            if match is None:
-                allowed = self.router.allowed_methods(path)
-                if allowed:
-                    raise MethodNotAllowedError(
-                        f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}.",
-                        allowed,
-                    )
-                raise MethodNotFoundError(
-                    f"No A2A operation at {request.method} {request.url.path}."
-                )
-            route = match.route
+            route, path_vars, body = await routed(
+                self.router, request, "A2A", self.options.max_body_bytes
+            )
             name = route.method.name
-            record.name_method(name)
-            record.name_route(route.template)
-            body = None
-            if route.body:
-                raw = await read_json_body(request, self.options.max_body_bytes)
-                if raw.strip():
-                    body = parse_json_body(raw)
             message = build_request(
                 self.request_classes[name],
                 body=body,
                 body_field=route.body,
-                path_vars=match.path_vars,
+                path_vars=path_vars,
                 query=request.query_params.multi_items(),
                 reject_unknown=self.options.reject_unknown_fields,
             )
@@ -105,3 +89,31 @@ class RestEndpoint:
         except Exception as exc:
             return forward_error(exc, codec, f"REST {name}")
         return forward(reply, codec, self.options)
+
+
+async def routed(
+    router: Router, request: Request, what: str, max_body_bytes: int
+) -> tuple[Route, dict[str, str], Any]:
+    """The route `request` takes (named on the call's record and span), its path variables,
+    and its parsed JSON body (None when the route takes none or the body is empty); an
+    unknown path or method is refused naming what is allowed."""
+    raw_path = request.scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else request.url.path
+    match = router.match(request.method, path)
+    if match is None:
+        allowed = router.allowed_methods(path)
+        if allowed:
+            raise MethodNotAllowedError(
+                f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}.",
+                allowed,
+            )
+        raise MethodNotFoundError(f"No {what} operation at {request.method} {request.url.path}.")
+    route = match.route
+    record.name_method(route.method.name)
+    record.name_route(route.template)
+    body = None
+    if route.body:
+        raw = await read_json_body(request, max_body_bytes)
+        if raw.strip():
+            body = parse_json_body(raw)
+    return route, match.path_vars, body

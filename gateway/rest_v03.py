@@ -28,25 +28,23 @@ from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import JSON_MEDIA_TYPE, read_json_body
+from gateway.body import JSON_MEDIA_TYPE
 from gateway.dispatch import HttpOptions, forward, forward_error
-from gateway.errors import MethodNotAllowedError, rest_error_body
+from gateway.errors import rest_error_body
 from gateway.invoker import Invoker
 from gateway.params import Caller, call_context
 from gateway.replies import Document, invoke
-from gateway.rest import build_router
-from gateway.transcode import build_request, parse_json_body, to_json_dict
+from gateway.rest import build_router, routed
+from gateway.transcode import build_request, to_json_dict
 from gen import a2a_pb2 as pb
 from gen import a2a_v0_3_pb2 as v03
 from service.api import CallContext
-from service.calls import record
 from service.calls.pipeline import Pipeline
 from service.engine.stream import NumberedEvents
 from service.protocol import v03_proto
 from service.protocol.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
-    MethodNotFoundError,
 )
 from service.protocol.states import ends_stream
 
@@ -178,38 +176,20 @@ class RestV03Endpoint:
         codec = RestV03Codec()
         name = "?"
         try:
-            raw_path = request.scope.get("raw_path")
-            path = raw_path.decode("latin-1") if raw_path else request.url.path
-            match = self.router.match(request.method, path)
-            if match is None:
-                allowed = self.router.allowed_methods(path)
-                if allowed:
-                    raise MethodNotAllowedError(
-                        f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}.",
-                        allowed,
-                    )
-                raise MethodNotFoundError(
-                    f"No A2A v0.3 operation at {request.method} {request.url.path}."
-                )
-            route = match.route
+            route, path_vars, body = await routed(
+                self.router, request, "A2A v0.3", self.options.max_body_bytes
+            )
             name = route.method.name
-            record.name_method(name)
-            record.name_route(route.template)
-            body = None
-            if route.body:
-                raw = await read_json_body(request, self.options.max_body_bytes)
-                if raw.strip():
-                    body = parse_json_body(raw)
             cls = self.request_classes[name]
             body_field = route.body
             if isinstance(body, dict) and _whole_request(cls, body_field, body):
-                body = {k: v for k, v in body.items() if k not in _bound(cls, match.path_vars)}
+                body = {k: v for k, v in body.items() if k not in _bound(cls, path_vars)}
                 body_field = "*"
             message = build_request(
                 cls,
                 body=body,
                 body_field=body_field,
-                path_vars=match.path_vars,
+                path_vars=path_vars,
                 query=request.query_params.multi_items(),
                 reject_unknown=self.options.reject_unknown_fields,
             )
