@@ -68,9 +68,11 @@ def run_workers(s: Settings, argv: list[str]) -> int:
     """Start the workers and keep them running until SIGTERM/SIGINT; returns the worst exit
     status of their last run. A worker that ends on its own is started again after a pause
     (RESTART_PAUSE_S, doubled while it keeps ending within RESTART_STEADY_S of its start),
-    except one that could not start (exit status 2: a setting or a port, which a restart
-    does not mend): then the others are stopped and the parent exits 2, so a supervisor
-    sees it rather than a service silently short of a worker.
+    except one that could not start the first time (exit status 2: a setting or a port,
+    which a restart does not mend): then the others are stopped and the parent exits 2, so
+    a supervisor sees it rather than a service silently short of a worker. A worker
+    started again that cannot start (a store or bus away at that moment) is started again
+    after the next pause, like one that crashed.
 
     With `metrics_endpoint`, every worker serves its metrics on a private unix socket in a
     directory made here (service/telemetry/gather.py), so `/metrics` reports all of them;
@@ -105,6 +107,7 @@ def _supervise(s: Settings, argv: list[str], metrics_dir: str) -> int:
     started: dict[int, float] = {}
     pause: dict[int, float] = {}
     due: dict[int, float] = {}  # worker index -> when it is started again
+    restarts: set[int] = set()  # workers started again after they ended
     stopping = False
 
     def spawn(index: int) -> None:
@@ -151,7 +154,7 @@ def _supervise(s: Settings, argv: list[str], metrics_dir: str) -> int:
             worst = max(worst, code if code >= 0 else 128 - code)
             continue
         how = f"exit status {code}" if code >= 0 else f"signal {-code}"
-        if code == 2:
+        if code == 2 and ended not in restarts:
             log.error(
                 "worker %d could not start (%s); stopping the other workers and exiting",
                 ended,
@@ -164,6 +167,9 @@ def _supervise(s: Settings, argv: list[str], metrics_dir: str) -> int:
         wait = RESTART_PAUSE_S[0] if steady else pause.get(ended, RESTART_PAUSE_S[0])
         pause[ended] = min(wait * 2, RESTART_PAUSE_S[1])
         due[ended] = time.monotonic() + wait
+        restarts.add(ended)
+        # A restart that could not start (exit 2) met a part that was away at that moment
+        # (a dependency outage); the first start already showed the settings and ports work.
         log.error("worker %d ended (%s); starting it again in %g s", ended, how, wait)
     return worst
 

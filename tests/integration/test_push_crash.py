@@ -93,9 +93,25 @@ async def test_kill_9_mid_delivery_then_restart_delivers_everything(tmp_path, qu
     assert set(got) == set(expected)
     for task_id, seqs in got.items():
         assert sorted(set(seqs)) == list(range(1, expected[task_id] + 1))
-        assert seqs == sorted(seqs), seqs  # in order per task; a repeat only of the one in flight
-    repeats = sum(len(s) - len(set(s)) for s in got.values())
-    assert repeats <= len(expected)  # at most the jobs in flight at the kill came twice
+        assert replayed_once_in_order(seqs), seqs
+
+
+def replayed_once_in_order(seqs: list[int]) -> bool:
+    """A lane's deliveries across one crash: in order up to the crash (1..k), then in order
+    again from the first job whose acknowledgement was not yet on disk (j..n, j <= k + 1).
+    An acknowledgement's file removal is not awaited (the lane moves on at once), so under
+    load more than the one job in flight can come twice — never out of order within a
+    run, and never a replay from further back than the oldest unacknowledged job."""
+    cut = next((i for i in range(1, len(seqs)) if seqs[i] <= seqs[i - 1]), len(seqs))
+    before, after = seqs[:cut], seqs[cut:]
+    in_order = before == list(range(1, len(before) + 1))
+    if not after:
+        return in_order
+    return (
+        in_order
+        and after == list(range(after[0], after[0] + len(after)))
+        and after[0] <= len(before) + 1
+    )
 
 
 async def test_events_committed_but_never_enqueued_are_found_at_restart(tmp_path, queue_env):

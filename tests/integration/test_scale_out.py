@@ -518,6 +518,39 @@ async def test_a_worker_that_dies_is_started_again(cluster):
     assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
 
 
+async def test_a_restarted_worker_that_meets_an_outage_is_tried_again(cluster):
+    """The first start proved the settings and ports: a worker started again while Redis is
+    away exits 2 (bus unreachable) and is tried again; the other worker and the parent go
+    on (before, the parent stopped every worker and exited 2)."""
+    workers = await cluster.start("--workers", "2")
+
+    def count(text: str) -> int:
+        return sum(text in line for line in workers.output)
+
+    async def seen(check, what: str) -> None:
+        async def done() -> bool:
+            return check()
+
+        await _wait_for(done, what, detail=workers.output_so_far)
+
+    await seen(lambda: sum(is_ready_line(line) for line in workers.output) >= 2, "2 ready")
+    assert workers.proc is not None
+    children = children_of(workers.proc.pid)
+    redis = cluster.redis
+    assert redis.proc is not None
+    redis.proc.send_signal(signal.SIGKILL)
+    redis.proc.wait(10)
+    redis.proc = None
+    os.kill(children[0], signal.SIGKILL)
+    await seen(lambda: count("exit status 2") >= 1, "a restart that could not start")
+    assert workers.proc.poll() is None, workers.output_so_far()  # the parent goes on
+    assert children[1] in children_of(workers.proc.pid)  # and so does the other worker
+    await asyncio.to_thread(redis.start)
+    await seen(lambda: sum(is_ready_line(line) for line in workers.output) >= 3, "3rd ready")
+    assert count("stopping the other workers") == 0
+    assert await asyncio.to_thread(workers.stop) == 0, workers.rest_of_output()
+
+
 async def test_readiness_names_what_is_down(cluster, start_service):
     # In process, on the cluster's database and Redis: what a readiness probe can report.
     service = await start_service(
