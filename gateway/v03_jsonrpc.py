@@ -33,6 +33,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
+from gateway import v03_messages as direct
 from gateway import v03_shapes as shapes
 from gateway.errors import details_json
 from gateway.invoker import InProcessInvoker, Invoker
@@ -76,20 +77,22 @@ class V03Method:
     rpc: str  # the 1.0 RPC it runs
     request: Callable[[Mapping[str, Any]], dict[str, Any]]  # params -> the RPC's request JSON
     result: Result  # the RPC's answer -> the v0.3 result
+    # params -> the request message directly (v03_messages), None: take `request`'s path
+    fast: Callable[[Mapping[str, Any]], Message | None] | None = None
 
 
 METHODS: dict[str, V03Method] = {
-    "message/send": V03Method("SendMessage", shapes.send_in, _json(shapes.send_result_out)),
+    "message/send": V03Method(
+        "SendMessage", shapes.send_in, direct.send_result, direct.send_request
+    ),
     "message/stream": V03Method(
-        "SendStreamingMessage", shapes.send_in, _json(shapes.send_result_out)
+        "SendStreamingMessage", shapes.send_in, direct.send_result, direct.send_request
     ),
-    "tasks/get": V03Method("GetTask", shapes.task_query_in, _json(shapes.task_out)),
+    "tasks/get": V03Method("GetTask", shapes.task_query_in, direct.task_result),
     "tasks/cancel": V03Method(
-        "CancelTask", partial(shapes.task_id_in, metadata=True), _json(shapes.task_out)
+        "CancelTask", partial(shapes.task_id_in, metadata=True), direct.task_result
     ),
-    "tasks/resubscribe": V03Method(
-        "SubscribeToTask", shapes.task_id_in, _json(shapes.send_result_out)
-    ),
+    "tasks/resubscribe": V03Method("SubscribeToTask", shapes.task_id_in, direct.send_result),
     "tasks/pushNotificationConfig/set": V03Method(
         "CreateTaskPushNotificationConfig", shapes.set_push_in, _json(shapes.push_config_out)
     ),
@@ -198,7 +201,9 @@ class V03JsonRpcDispatcher:
                 method, request_cls = self.rpcs["tasks/pushNotificationConfig/list"]
             record.name_method(method.name)
             envelope = V03Envelope(rid, convert)
-            message = build_request(request_cls, body=entry.request(params), body_field="*")
+            message = entry.fast(params) if entry.fast is not None else None
+            if message is None:
+                message = build_request(request_cls, body=entry.request(params), body_field="*")
             return await invoke(
                 self.invoker,
                 self.pipeline,
