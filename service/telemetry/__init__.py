@@ -6,7 +6,7 @@
                  agent turns, counts; `count_refusal` and `count_auth_failure`
     spans.py     the service's own light API spans (cheap to make; agents nest SDK spans)
     export.py    ended spans -> an SDK exporter, in batches, on a thread
-    otlp.py      OTLP over gRPC and HTTP/protobuf: the SDK's exporters, fed pre-encoded spans
+    otlp.py      OTLP over gRPC and HTTP/protobuf: the SDK's exporters, on spans rebuilt from flat tuples
     setup.py     `install(settings)`: providers, readers, exporters (the SDK is imported here)
 
 It sits just above service/protocol and imports nothing of the service above it, so the

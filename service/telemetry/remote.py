@@ -4,9 +4,9 @@ The service runs its requests on one event-loop thread; an exporter thread in th
 process takes the GIL from it for as long as it encodes (and the switching costs the loop
 more again). With `telemetry = "otlp"` the span pipeline (export.py) flattens ended spans
 to plain tuples and `marshal`s them a batch at a time, and its thread writes the batches
-to a pipe; a child process started with the service encodes them from those tuples and
-exports them with otlp.py's exporters, on another core. If the child is gone, spans are dropped
-(counted in a warning), never queued without bound.
+to a pipe; a child process started with the service rebuilds the SDK's spans from those
+tuples and exports them with the SDK's OTLP exporter (otlp.py), on another core. If the
+child is gone, spans are dropped (counted in a warning), never queued without bound.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from service.telemetry.otlp import otlp_span_exporter
+from service.telemetry.otlp import otlp_span_exporter, rebuild_all
 from service.telemetry.settings import TelemetrySettings
 
 log = logging.getLogger("service.telemetry")
@@ -58,9 +58,9 @@ def _child(
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    exporter: Any = otlp_span_exporter(
-        TelemetrySettings(**settings), Resource(resource), InstrumentationScope(*scope)
-    )
+    exporter = otlp_span_exporter(TelemetrySettings(**settings))
+    span_resource = Resource(resource)
+    span_scope = InstrumentationScope(*scope)
     try:
         while True:
             try:
@@ -69,7 +69,10 @@ def _child(
                 return
             if not data:
                 return
-            exporter.export_flat(marshal.loads(data))
+            try:
+                exporter.export(rebuild_all(marshal.loads(data), span_resource, span_scope))
+            except Exception as exc:  # one bad batch must not end the exporter process
+                log.warning("span export failed: %s", type(exc).__name__)
     finally:
         exporter.shutdown()
 

@@ -302,7 +302,7 @@ def install(
             exporter = ExporterProcess(
                 section, dict(resource.attributes), (scope.name, scope.version)
             )
-            agent_exporter = otlp_span_exporter(s, resource, scope)  # agents' SDK spans
+            agent_exporter = otlp_span_exporter(s)  # agents' SDK spans
             exporters.append(agent_exporter)
         elif exporter is None:
             exporter = agent_exporter = ConsoleSpanExporter()

@@ -13,11 +13,8 @@ from pathlib import Path
 
 from opentelemetry import context as otel_context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,43 +54,6 @@ def test_readers_hand_collections_to_an_instance_receive_metrics():
     assert reader.get_metrics_data() is not None
     assert seen, "collect() no longer goes through the instance's _receive_metrics"
     provider.shutdown()
-
-
-def test_encode_resource_turns_a_resource_into_its_protobuf():
-    # otlp.py: the resource of every request is encoded once with the SDK's own helper.
-    from opentelemetry.exporter.otlp.proto.common._internal import _encode_resource
-    from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
-
-    encoded = _encode_resource(Resource({"service.name": "x"}))
-    assert isinstance(encoded, PbResource)
-    assert [(kv.key, kv.value.string_value) for kv in encoded.attributes] == [("service.name", "x")]
-
-
-def test_the_grpc_span_exporter_keeps_its_overridable_steps():
-    # otlp.GrpcSpans overrides _initialize_channel_and_stub, _translate_data, _count_data,
-    # replaces _client (a stub over _channel) and calls _export(data).
-    for name in ("_initialize_channel_and_stub", "_translate_data", "_count_data", "_export"):
-        assert callable(getattr(Grpc, name, None)), name
-    assert list(inspect.signature(Grpc._export).parameters) == ["self", "data"]
-    exporter = Grpc(endpoint="http://127.0.0.1:9")
-    try:
-        assert exporter._channel is not None and exporter._client is not None
-        assert hasattr(exporter._client, "Export")
-    finally:
-        exporter.shutdown()
-
-
-def test_the_http_span_exporter_keeps_its_client_and_flags():
-    # otlp.HttpSpans sends encoded bytes with `_client.export` and reads `_shutdown`, `_endpoint`.
-    exporter = Http(endpoint="http://127.0.0.1:9/v1/traces")
-    try:
-        assert exporter._shutdown is False
-        assert exporter._endpoint == "http://127.0.0.1:9/v1/traces"
-        params = list(inspect.signature(exporter._client.export).parameters)
-        assert params[0] == "serialized_data" or len(params) >= 1, params
-    finally:
-        exporter.shutdown()
-    assert exporter._shutdown is True
 
 
 def test_the_installed_packages_are_in_the_pinned_range():
