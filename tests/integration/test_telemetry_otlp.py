@@ -9,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
@@ -17,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
 from tests.conftest import user_message
-from tests.push_util import eventually
+from tests.push_util import Receiver, eventually
 
 
 class Collected:
@@ -164,3 +165,66 @@ async def test_the_otlp_exporter_sends_spans_and_metrics(
     # The exporter process runs at the lowest CPU priority: serving comes first.
     exporter = service.telemetry.pipeline.exporter
     assert os.getpriority(os.PRIO_PROCESS, exporter._process.pid) == 19
+
+
+def _attributes(span) -> dict:
+    """A received span's attributes as Python values of their OTLP types."""
+    return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in span.attributes}
+
+
+async def test_http_and_push_spans_reach_the_collector_with_semantic_conventions(
+    grpc_collector, monkeypatch, start_service
+):
+    """JSON-RPC, REST and push CLIENT spans, as a real OTLP receiver gets them: named as the
+    conventions say, with their attributes under the conventions' names and types."""
+    collected, endpoint = grpc_collector
+    receiver = await Receiver().start()
+    try:
+        service = await start_service(
+            store="memory:",
+            http_port=0,
+            agent="tests.agents:ScriptedAgent",
+            telemetry="otlp",
+            otlp_protocol="grpc",
+            otlp_endpoint=endpoint,
+            push_notifications=True,
+            push_allow_networks=["127.0.0.0/8"],
+        )
+        message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "echo hi"}]}
+        jsonrpc = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": message,
+                "configuration": {"taskPushNotificationConfig": {"url": receiver.url}},
+            },
+        }
+        rest = {"message": {**message, "messageId": "m-2"}}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as http:
+            first = await http.post("/", json=jsonrpc, headers={"A2A-Version": "1.0"})
+            second = await http.post("/message:send", json=rest, headers={"A2A-Version": "1.0"})
+        assert first.status_code == second.status_code == 200
+
+        def arrived() -> bool:
+            names = {s.name for s in collected.spans}
+            return {"POST /", "POST /message:send", "POST"} <= names
+
+        await eventually(arrived, seconds=20, what="HTTP and push spans at the collector")
+    finally:
+        await receiver.stop()
+    by_name = {s.name: s for s in collected.spans}
+    for name, route in (("POST /", "/"), ("POST /message:send", "/message:send")):
+        attributes = _attributes(by_name[name])
+        assert attributes["http.request.method"] == "POST"
+        assert attributes["http.route"] == route and attributes["url.path"] == route
+        assert attributes["http.response.status_code"] == 200  # an int, not '200'
+        assert attributes["client.address"] == "127.0.0.1"
+    push = by_name["POST"]
+    assert push.kind == push.SPAN_KIND_CLIENT
+    attributes = _attributes(push)
+    assert attributes["http.request.method"] == "POST"
+    assert attributes["url.full"] == receiver.url
+    assert attributes["http.response.status_code"] == 200
+    assert attributes["server.address"] == "127.0.0.1"
+    assert isinstance(attributes["server.port"], int)
