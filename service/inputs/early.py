@@ -359,10 +359,10 @@ def json_rpc_send(body: bytes) -> tuple[bool, object]:
         pos = _ws(body, 0)
         head = {}
         for key, value in _members_until(body, pos, b'"params"'):
-            if key in (b'"id"', b'"method"'):
-                end, _ = _measure(body, value, None)
+            if key in (b'"id"', b'"method"') and body[value : value + 1] not in (b"[", b"{"):
+                end, _ = _measure(body, value, None)  # a string or a scalar: no nesting
                 head[key] = json.loads(body[value:end])
-    except (_Odd, IndexError, ValueError):
+    except (_Odd, IndexError, ValueError, RecursionError):
         return False, None
     rid = head.get(b'"id"')
     if not isinstance(rid, (str, int)) or isinstance(rid, bool):
