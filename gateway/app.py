@@ -53,6 +53,7 @@ from service.auth import Authenticator
 from service.calls.admission import DOWNLOAD
 from service.calls.pipeline import Pipeline
 from service.engine.limits import RateLimiter
+from service.inputs.early import PartLimits
 from service.ops.readiness import Readiness
 from service.protocol.errors import A2AError
 from service.protocol.files import FILES_ROUTE, TENANT_FILES_ROUTE
@@ -88,6 +89,7 @@ def build_app(
     card_max_age: int = 60,
     keepalive_seconds: float = 15.0,
     max_body_bytes: int = MAX_BODY_BYTES,
+    part_limits: PartLimits | None = None,
     jwks: dict[str, Any] | None = None,
     jwks_path: str = "",
     auth: Authenticator | None = None,
@@ -113,6 +115,7 @@ def build_app(
     options = HttpOptions(
         keepalive_seconds=keepalive_seconds,
         max_body_bytes=max_body_bytes,
+        part_limits=part_limits,
         reject_unknown_fields=reject_unknown_fields,
     )
     if pipeline is None:

@@ -36,6 +36,7 @@ from gateway.body import A2A_MEDIA_TYPE, JSON_MEDIA_TYPE, MAX_BODY_BYTES, rest_m
 from gateway.errors import http_headers, jsonrpc_error_body, rest_error_body
 from gateway.replies import Document, DocumentStream, ErrorReply, Reply
 from gateway.transcode import dumps, dumps_str, to_json_dict
+from service.inputs.early import PartLimits
 from service.protocol.errors import A2AError
 
 # JSON-RPC errors travel with HTTP 200, except these transport-level refusals.
@@ -48,6 +49,8 @@ class HttpOptions:
 
     keepalive_seconds: float = 15.0  # between SSE keep-alive comments on an idle stream
     max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is 413
+    # A send's part too large for any media type, refused before its body is parsed.
+    part_limits: PartLimits | None = None
     reject_unknown_fields: bool = False  # json_unknown_fields = "reject": strict request JSON
 
 

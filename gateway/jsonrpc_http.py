@@ -25,12 +25,14 @@ from gateway.body import read_json_body
 from gateway.dispatch import JSONRPC, HttpOptions, forward, forward_error
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
-from gateway.jsonrpc import JsonRpcDispatcher
+from gateway.jsonrpc import Envelope, JsonRpcDispatcher
 from gateway.params import HTTP_DEFAULT_VERSION, Caller, call_context, sent_version
+from gateway.replies import ErrorReply
 from gateway.transcode import parse_json_body
 from gateway.v03_jsonrpc import V03JsonRpcDispatcher, is_v03_method
 from service.api import CallContext
 from service.calls.pipeline import Pipeline
+from service.inputs.early import json_oversized, json_rpc_send
 from service.protocol.params import VERSION_KEY, is_v03_version
 
 
@@ -53,12 +55,30 @@ class JsonRpcEndpoint:
         self.v03 = V03JsonRpcDispatcher(invoker, service, pipeline) if compat_v03 else None
         self.options = options
 
+    def _refused_early(self, raw: bytes) -> Response | None:
+        """A send whose part is too large for any media type, answered before its body is
+        parsed (the error under the request's id)."""
+        limits = self.options.part_limits
+        if limits is None:
+            return None
+        send, rid = json_rpc_send(raw)
+        refused = json_oversized(raw, limits, enveloped=True) if send else None
+        if refused is None:
+            return None
+        return forward(
+            ErrorReply.of(refused, Envelope(rid), "JSON-RPC send"), JSONRPC, self.options
+        )
+
     async def handle(self, request: Request, caller: Caller) -> Response:
         version = sent_version(caller, request.query_params)  # before the body
         try:
             if request.method != "POST":
                 raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
-            doc = parse_json_body(await read_json_body(request, self.options.max_body_bytes))
+            raw = await read_json_body(request, self.options.max_body_bytes)
+            refused = self._refused_early(raw)
+            if refused is not None:
+                return refused
+            doc = parse_json_body(raw)
         except Exception as exc:
             return forward_error(exc, JSONRPC, "JSON-RPC ?")
         if self.v03 is not None and (not version or is_v03_version(version)) and is_v03_method(doc):

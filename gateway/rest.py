@@ -29,6 +29,7 @@ from gateway.routes import Route, Router, route_table, with_post_aliases
 from gateway.transcode import build_request, parse_json_body, resolve_path
 from service.calls import record
 from service.calls.pipeline import Pipeline
+from service.inputs.early import SENDS, PartLimits, json_oversized
 from service.protocol.errors import MethodNotFoundError
 
 
@@ -71,7 +72,11 @@ class RestEndpoint:
         try:
             codec = rest_codec(request.headers.get("accept"))
             route, path_vars, body = await routed(
-                self.router, request, "A2A", self.options.max_body_bytes
+                self.router,
+                request,
+                "A2A",
+                self.options.max_body_bytes,
+                self.options.part_limits,
             )
             name = route.method.name
             message = build_request(
@@ -92,11 +97,16 @@ class RestEndpoint:
 
 
 async def routed(
-    router: Router, request: Request, what: str, max_body_bytes: int
+    router: Router,
+    request: Request,
+    what: str,
+    max_body_bytes: int,
+    part_limits: PartLimits | None = None,
 ) -> tuple[Route, dict[str, str], Any]:
     """The route `request` takes (named on the call's record and span), its path variables,
     and its parsed JSON body (None when the route takes none or the body is empty); an
-    unknown path or method is refused naming what is allowed."""
+    unknown path or method is refused naming what is allowed. With `part_limits`, a
+    send's part too large for any media type is refused before the body is parsed."""
     raw_path = request.scope.get("raw_path")
     path = raw_path.decode("latin-1") if raw_path else request.url.path
     match = router.match(request.method, path)
@@ -114,6 +124,10 @@ async def routed(
     body = None
     if route.body:
         raw = await read_json_body(request, max_body_bytes)
+        if part_limits is not None and route.method.name in SENDS:
+            refused = json_oversized(raw, part_limits)
+            if refused is not None:  # refused from its bytes, before parsing
+                raise refused
         if raw.strip():
             body = parse_json_body(raw)
     return route, match.path_vars, body

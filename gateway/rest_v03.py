@@ -177,7 +177,11 @@ class RestV03Endpoint:
         name = "?"
         try:
             route, path_vars, body = await routed(
-                self.router, request, "A2A v0.3", self.options.max_body_bytes
+                self.router,
+                request,
+                "A2A v0.3",
+                self.options.max_body_bytes,
+                self.options.part_limits,
             )
             name = route.method.name
             cls = self.request_classes[name]

@@ -218,10 +218,10 @@ class A2AApi:
         self, request: pb.SendMessageRequest, call: CallContext
     ) -> pb.SendMessageResponse:
         turn, history = await self._start(request, call, stream=False)
-        if request.configuration.return_immediately and turn.run.task is not None:
-            task = await self.engine.accepted(turn.run)
-            return pb.SendMessageResponse(task=shape_task(task, history))
-        outcome = await self.engine.wait(turn)
+        if request.configuration.return_immediately:
+            outcome = await self.engine.answer_now(turn)
+        else:
+            outcome = await self.engine.wait(turn)
         if isinstance(outcome, pb.Message):
             return pb.SendMessageResponse(message=outcome)
         return pb.SendMessageResponse(task=shape_task(outcome, history))

@@ -34,6 +34,7 @@ from service.api import A2AApi, CallContext
 from service.auth.schemes import CallMetadata, call_metadata
 from service.calls.pipeline import Pipeline
 from service.calls.record import CANCELLED, OK, Call
+from service.inputs.early import PartLimits, proto_oversized
 from service.net.limits import CallLimit
 from service.protocol.errors import A2AError, InvalidRequestError
 from service.protocol.grpc_status import error_status
@@ -60,14 +61,18 @@ def _transport(call: Call, context: grpc.aio.ServicerContext, metadata: CallMeta
 
 
 class Undecodable:
-    """Stands in for a request whose bytes are not a valid message of its type."""
+    """Stands in for a request whose bytes are not a valid message of its type, or (with
+    `refused`) one refused from its bytes before decoding: a part too large for any type."""
 
-    def __init__(self, type_name: str) -> None:
+    def __init__(self, type_name: str, refused: A2AError | None = None) -> None:
         self.type_name = type_name
+        self.refused = refused
 
 
 def _decoded(request: ProtoMessage | Undecodable) -> ProtoMessage:
     if isinstance(request, Undecodable):
+        if request.refused is not None:
+            raise request.refused
         raise InvalidRequestError(
             f"The request is not a valid {request.type_name} protobuf message."
         )
@@ -260,8 +265,15 @@ def make_servicer(
 # ----------------------------------------------------------------------------- registration
 
 
-def _parser(cls: Any) -> Callable[[bytes], Any]:
+def _parser(cls: Any, parts: PartLimits | None = None) -> Callable[[bytes], Any]:
+    """`cls.FromString`, tolerant; with `parts` (a send), a part too large for any media
+    type is refused from the wire bytes before anything is decoded."""
+
     def parse(data: bytes) -> Any:
+        if parts is not None:
+            refused = proto_oversized(data, parts)
+            if refused is not None:
+                return Undecodable(cls.DESCRIPTOR.full_name, refused)
         try:
             return cls.FromString(data)
         except (DecodeError, RecursionError, ValueError):
@@ -308,6 +320,7 @@ def add_servicer(
     service: ServiceDescriptor = SERVICE,
     *,
     pipelined: bool | None = None,
+    parts: PartLimits | None = None,
 ) -> None:
     """`add_<Service>Servicer_to_server` (the A2A service by default; also the v0.3 A2A
     service and the public health service) with tolerant request parsing: bytes that are
@@ -328,7 +341,10 @@ def add_servicer(
         )
         handlers[method.name] = make(
             behavior,
-            request_deserializer=_parser(request_cls),
+            request_deserializer=_parser(
+                request_cls,
+                parts if method.input_type is pb.SendMessageRequest.DESCRIPTOR else None,
+            ),
             response_serializer=response_cls.SerializeToString,
         )
     server.add_generic_rpc_handlers(

@@ -29,6 +29,8 @@ Commands (the first word of the message):
                    acks it (permission_ack), then completes (allow_once) or rejects (deny);
                    an answer that is not exactly the expected one fails the task
   permit2 TARGET   as permit, twice in one turn (two decisions)
+  later KEY        says nothing until the test sets GATES[KEY] (an asyncio.Event), then
+                   answers with a direct Message `later KEY` (the first-event grace)
   stored NAME BASE TEXT  a stored-file artifact as the files branch makes them: a url part
                    BASE/SHA256 named NAME with a2a_service.byteSize / sha256 of TEXT
                    (the test serves the bytes at BASE)
@@ -42,6 +44,7 @@ import hashlib
 from gen import a2a_pb2 as pb
 from service.agent import TurnContext
 
+GATES: dict[str, asyncio.Event] = {}  # `later KEY` waits on GATES[KEY] (made on first use)
 AGENT_SECRET = "sk_live_51Hx9f8e7d6c5b4a39281706f5e4d3c"  # what a careless agent may raise with
 
 
@@ -147,6 +150,9 @@ class ScriptedAgent:
                     await asyncio.sleep(3600)
                 except asyncio.CancelledError:
                     pass  # noqa: ASYNC - swallowed on purpose: the server must not wait forever
+        elif word == "later":
+            await GATES.setdefault(rest, asyncio.Event()).wait()
+            await ctx.reply(f"later {rest}")
         elif word == "reject":
             await ctx.reject("no thanks")
         elif word in ("permit", "permit2"):

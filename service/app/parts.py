@@ -281,6 +281,7 @@ async def engine_and_peers(
         inactivity_timeout=s.turn_inactivity_timeout_seconds,
         max_turn_seconds=s.max_turn_seconds,
         peers=peers,
+        first_event_grace=s.first_event_grace_ms / 1000,
     )
     try:
         if peers is not None:

@@ -72,7 +72,7 @@ from service.engine.retention import (
 from service.grpc_binding import SERVICE, add_servicer, make_servicer
 from service.grpc_v03 import SERVICE as V03_SERVICE
 from service.grpc_v03 import make_v03_servicer
-from service.inputs.policy import policy_from_settings
+from service.inputs.policy import part_limits, policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net.limits import CallLimit, raise_nofile_limit
 from service.ops import logs
@@ -284,7 +284,7 @@ class Service:
         self.api = self._api(engine, self.cards, blobs)
         assert self.pipeline is not None
         calls = CallLimit(s.grpc_max_concurrent_calls)  # one limit for both versions
-        add_servicer(make_servicer(self.api, self.pipeline, calls), server)
+        add_servicer(make_servicer(self.api, self.pipeline, calls), server, parts=part_limits(s))
         add_servicer(
             make_v03_servicer(self.api, self.pipeline, calls), server, V03_SERVICE, pipelined=True
         )
@@ -436,6 +436,7 @@ class Service:
             card_max_age=s.card_max_age,
             keepalive_seconds=s.sse_keepalive_seconds,
             max_body_bytes=s.max_request_bytes,
+            part_limits=part_limits(s),
             jwks=self.signer.jwks()
             if self.signer is not None and self.signer.keys and s.card_jwks_path
             else None,

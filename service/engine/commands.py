@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from typing import Any
 
 from gen import a2a_pb2 as pb
 from service.agent import Caller, TurnContext
@@ -42,6 +43,7 @@ class Commands:
         reads: Reads,
         elsewhere: Elsewhere,
         permissions: PermissionPolicy,
+        first_event_grace: float | None = None,
     ) -> None:
         self.runs = runs
         self.driver = driver
@@ -49,6 +51,11 @@ class Commands:
         self.reads = reads
         self.elsewhere = elsewhere
         self.permissions = permissions  # who decides ctx.request_permission (permission_mode)
+        # Seconds a new task's stream (or returnImmediately send) waits for the agent's first
+        # word before the task is created for it; 0: created at once (first_event_grace_ms).
+        # None (the engine alone, no settings): a stream waits for the agent as long as it
+        # takes, a returnImmediately send creates the task at once.
+        self.first_event_grace = first_event_grace
 
     async def send(
         self,
@@ -100,8 +107,8 @@ class Commands:
             turn.events = EventStream(
                 self.subscriptions.follow(run, self.runs.bus.subscribe(run.key), None, 0, None)
             )
-        if return_immediately:
-            run.materialize()
+        if stream or return_immediately:
+            self._first_event(turn)
         ctx = TurnContext(
             run,
             message=message,
@@ -114,6 +121,20 @@ class Commands:
         run.claim = partial(self.elsewhere.claim_new, run.key)
         self.driver.start_agent(run, ctx)
         return turn
+
+    def _first_event(self, turn: Turn) -> None:
+        """A caller waiting for a new task's first event gets the task (SUBMITTED) when the
+        agent has said nothing within the grace, so it has an id to cancel, subscribe to or
+        resume; an agent that answers sooner, with a direct Message too, goes first."""
+        run, outcome, grace = turn.run, turn.outcome, self.first_event_grace
+        if grace is None and turn.events is not None:
+            return
+        if grace is None or grace <= 0:
+            run.materialize()
+            return
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(grace, _grace_over, run, outcome)
+        outcome.add_done_callback(lambda _: timer.cancel())
 
     async def _follow_up(
         self, scope: Scope, message: pb.Message, caller: Caller, stream: bool
@@ -225,12 +246,32 @@ class Commands:
         assert run.task is not None
         return run.task
 
+    async def answer_now(self, turn: Turn) -> pb.Message | pb.Task:
+        """For returnImmediately: the task as soon as its creation (event 1) is committed;
+        before the agent has spoken (within the first-event grace) a direct reply may come
+        first, and is the answer."""
+        run = turn.run
+        if run.task is None:
+            created: asyncio.Future[None] = asyncio.ensure_future(run.committed(1))
+            either: list[asyncio.Future[Any]] = [turn.outcome, created]
+            try:
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if created.done() and not created.cancelled():
+                    created.exception()  # retrieved: raised again just below if it failed
+                created.cancel()
+            if run.task is None:  # the turn ended without a task: its reply (or its error)
+                return await self.wait(turn)
+        return await self.accepted(run)
+
     async def cancel(self, scope: Scope, task_id: str) -> pb.Task:
         if (scope, task_id) not in self.runs:
             remote = await self.elsewhere.cancel_elsewhere(scope, task_id)
             if remote is not None:
                 return remote
         run = await self.runs.load(scope, task_id)
+        if run.task is None and run.direct_reply is None:
+            run.materialize()  # within the first-event grace: the task exists from now on
         assert run.task is not None
         if run.state in TERMINAL:
             self.runs.release(run)
@@ -248,3 +289,10 @@ class Commands:
             run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
             await run.finish()
         return run.task
+
+
+def _grace_over(run: TaskRun, outcome: asyncio.Future[pb.Message | None]) -> None:
+    """The first-event grace is over: a turn still silent gets its task now."""
+    if run.turn is outcome and not outcome.done() and run.task is None and not run.broken:
+        if run.direct_reply is None:
+            run.materialize()

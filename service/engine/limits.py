@@ -27,6 +27,7 @@ from service.telemetry import hub
 RETRY_AFTER_SECONDS = 1.0  # the hint for limits on work in flight (a turn or stream ends soon)
 _MAX_BUCKETS = 100_000  # principals with a partly used bucket kept at once (full ones are dropped)
 NO_LIMIT_OR_MORE = at_least(0, "must be 0 (no limit) or a positive number")
+FIRST_EVENT_GRACE_MS = 50.0  # the default: a quick agent still answers with a Message
 OFF_OR_UP_TO_30_DAYS = between(0, 30 * 86400, "must be between {low} (off) and {high}, got {value}")
 
 
@@ -69,6 +70,11 @@ class LimitSettings:
         0.0,
         "a turn still at work after this long is stopped the same way; `0` = off",
         check=OFF_OR_UP_TO_30_DAYS,
+    )
+    first_event_grace_ms: float = setting(
+        FIRST_EVENT_GRACE_MS,
+        "a streaming send (and a `returnImmediately` one) whose agent has said nothing this long gets its task (`SUBMITTED`) at once, so the caller has a task id to cancel, subscribe to or resume; an agent that answers with a direct Message sooner still can. `0` = the task at once, no direct Message on those sends (see [Agents](agents.md#the-first-event))",
+        check=between(0, 60_000, "must be between {low} and {high} (milliseconds), got {value}"),
     )
 
 

@@ -51,6 +51,7 @@ class Engine:
         inactivity_timeout: float = 0.0,
         max_turn_seconds: float = 0.0,
         peers: Elsewhere | None = None,
+        first_event_grace: float | None = None,
     ) -> None:
         self.store = store
         self.files = files  # stored file artifacts (None: ctx.file_artifact is refused)
@@ -71,7 +72,13 @@ class Engine:
         self.subscriptions = Subscriptions(store, bus, self.runs)
         self.reads = Reads(store, files, self.runs)
         self.commands = Commands(
-            self.runs, self.driver, self.subscriptions, self.reads, self.elsewhere, permissions
+            self.runs,
+            self.driver,
+            self.subscriptions,
+            self.reads,
+            self.elsewhere,
+            permissions,
+            first_event_grace,
         )
         self.recovery = Recovery(self.runs, self.elsewhere)
 
@@ -121,6 +128,11 @@ class Engine:
     async def accepted(self, run: TaskRun) -> pb.Task:
         """For returnImmediately: the task as soon as its creation (event 1) is committed."""
         return await self.commands.accepted(run)
+
+    async def answer_now(self, turn: Turn) -> pb.Message | pb.Task:
+        """For returnImmediately: the task once its creation is committed, or the agent's
+        direct reply within the first-event grace (see Commands.answer_now)."""
+        return await self.commands.answer_now(turn)
 
     async def cancel(self, scope: Scope, task_id: str) -> pb.Task:
         return await self.commands.cancel(scope, task_id)

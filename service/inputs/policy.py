@@ -36,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gen import a2a_pb2 as pb
+from service.inputs.early import PartLimits
+from service.inputs.early import size_text as _size
 from service.inputs.workspace import (
     FILE_REFUSED,
     ContextLookup,
@@ -76,16 +78,6 @@ TEXT_LIKE = frozenset(
 )
 TEXT_SUFFIXES = ("+json", "+xml", "+yaml")
 IMPLIED = {"text": "text/plain", "data": "application/json", "raw": "application/octet-stream"}
-
-
-def _size(n: int) -> str:
-    if n >= MiB and n % MiB == 0:
-        return f"{n // MiB} MiB"
-    if n >= MiB:
-        return f"{n / MiB:.1f} MiB"
-    if n >= 1024:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n} bytes"
 
 
 def media_type_of(raw: str, field_name: str) -> str:
@@ -388,6 +380,12 @@ def policy_from_settings(
     )
     workspaces = Workspaces(list(s.workspace_roots), lookup, denied=list(denied))
     return InputPolicy(limits, InputModes.of_card(card), workspaces)
+
+
+def part_limits(s: InputSettings) -> PartLimits:
+    """What the bindings refuse before decoding a send: a part too large for any type."""
+    text = s.input_max_text_bytes
+    return PartLimits(text=text, inline=max(text, s.input_max_binary_bytes))
 
 
 def validate_inputs(s: InputSettings) -> None:
