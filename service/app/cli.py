@@ -8,6 +8,7 @@ import functools
 import logging
 import pathlib
 import sys
+from typing import Any
 
 from service.app import card_cli, config, config_doc, push_cli, workers
 from service.ops import logflood, logs
@@ -25,6 +26,79 @@ or `python -m service config-reference`. An unknown key in the file stops startu
 the nearest known ones; an unknown A2A_* variable is warned about and ignored."""
 
 
+def add_serve_arguments(serve: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The `serve` flags, added to `serve`; the actions argparse made for them."""
+    flags: list[argparse.Action] = []
+
+    def add(*names: str, **options: Any) -> None:
+        flags.append(serve.add_argument(*names, **options))
+
+    add(
+        "--config", metavar="FILE", help="TOML file with settings (keys as below, with underscores)"
+    )
+    add("--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all interfaces)")
+    add("--grpc-port", type=int, help="gRPC port (default 50051; 0 picks a free port)")
+    add(
+        "--http-port",
+        type=int,
+        help="HTTP gateway port for JSON-RPC, REST and the agent card (default 8080; 0 picks a free port; -1 disables it)",
+    )
+    add(
+        "--data-dir",
+        help="directory for the task database and workspaces (default ./data, created on first run)",
+    )
+    add(
+        "--store",
+        help="task store URL: sqlite:PATH (default sqlite:DATA_DIR/tasks.db), memory: (not durable),"
+        " or postgresql://USER@HOST/DB (shared by several processes)",
+    )
+    add(
+        "--bus",
+        help="event bus shared by several processes: redis://HOST:6379/0 (default: in-process)",
+    )
+    add(
+        "--workers",
+        type=int,
+        help="processes on this host sharing the ports (default 1; >1 needs a postgresql store"
+        " and a redis bus)",
+    )
+    add(
+        "--agent",
+        help="agent to run: echo (default), command, or an import path package.module:attr",
+    )
+    add("--command", help='program for the command agent, shell-quoted, e.g. "wc -w"')
+    add(
+        "--public-url", help="base URL of the HTTP gateway as clients reach it (for the agent card)"
+    )
+    add(
+        "--grpc-public-address",
+        help="host:port of the gRPC endpoint as clients reach it (for the agent card)",
+    )
+    add(
+        "--upstream",
+        metavar="HOST:PORT",
+        help="proxy mode: run only the HTTP gateway, forwarding every call to this A2A gRPC server",
+    )
+    add(
+        "--card-max-age",
+        type=int,
+        help="seconds clients and caches may reuse the agent card (Cache-Control max-age; default 60)",
+    )
+    add(
+        "--sse-keepalive-seconds",
+        type=float,
+        help="seconds between keep-alive comments on idle SSE streams (default 15)",
+    )
+    add("--name", help="agent name shown in the agent card (default: the agent's own)")
+    add(
+        "--push-notifications",
+        choices=("true", "false"),
+        help="enable push notification configs (default false)",
+    )
+    add("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    return flags
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m service",
@@ -39,77 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SERVE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument(
-        "--config", metavar="FILE", help="TOML file with settings (keys as below, with underscores)"
-    )
-    serve.add_argument(
-        "--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all interfaces)"
-    )
-    serve.add_argument(
-        "--grpc-port", type=int, help="gRPC port (default 50051; 0 picks a free port)"
-    )
-    serve.add_argument(
-        "--http-port",
-        type=int,
-        help="HTTP gateway port for JSON-RPC, REST and the agent card (default 8080; 0 picks a free port; -1 disables it)",
-    )
-    serve.add_argument(
-        "--data-dir",
-        help="directory for the task database and workspaces (default ./data, created on first run)",
-    )
-    serve.add_argument(
-        "--store",
-        help="task store URL: sqlite:PATH (default sqlite:DATA_DIR/tasks.db), memory: (not durable),"
-        " or postgresql://USER@HOST/DB (shared by several processes)",
-    )
-    serve.add_argument(
-        "--bus",
-        help="event bus shared by several processes: redis://HOST:6379/0 (default: in-process)",
-    )
-    serve.add_argument(
-        "--workers",
-        type=int,
-        help="processes on this host sharing the ports (default 1; >1 needs a postgresql store"
-        " and a redis bus)",
-    )
-    serve.add_argument(
-        "--agent",
-        help="agent to run: echo (default), command, or an import path package.module:attr",
-    )
-    serve.add_argument(
-        "--command", help='program for the command agent, shell-quoted, e.g. "wc -w"'
-    )
-    serve.add_argument(
-        "--public-url", help="base URL of the HTTP gateway as clients reach it (for the agent card)"
-    )
-    serve.add_argument(
-        "--grpc-public-address",
-        help="host:port of the gRPC endpoint as clients reach it (for the agent card)",
-    )
-    serve.add_argument(
-        "--upstream",
-        metavar="HOST:PORT",
-        help="proxy mode: run only the HTTP gateway, forwarding every call to this A2A gRPC server",
-    )
-    serve.add_argument(
-        "--card-max-age",
-        type=int,
-        help="seconds clients and caches may reuse the agent card (Cache-Control max-age; default 60)",
-    )
-    serve.add_argument(
-        "--sse-keepalive-seconds",
-        type=float,
-        help="seconds between keep-alive comments on idle SSE streams (default 15)",
-    )
-    serve.add_argument(
-        "--name", help="agent name shown in the agent card (default: the agent's own)"
-    )
-    serve.add_argument(
-        "--push-notifications",
-        choices=("true", "false"),
-        help="enable push notification configs (default false)",
-    )
-    serve.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    add_serve_arguments(serve)
     push_cli.add_parser(sub)
     card_cli.add_parser(sub)
     reference = sub.add_parser(
@@ -125,17 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setting_flags(parser: argparse.ArgumentParser | None = None) -> dict[str, str]:
+def setting_flags() -> dict[str, str]:
     """Setting key -> its `serve` flag, for the keys that have one."""
-    parser = parser or build_parser()
-    serve = next(
-        action.choices["serve"]
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-    )
     return {
         action.dest: action.option_strings[0]
-        for action in serve._actions
+        for action in add_serve_arguments(argparse.ArgumentParser(add_help=False))
         if action.option_strings and action.dest in config.FIELDS
     }
 

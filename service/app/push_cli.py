@@ -20,11 +20,12 @@ import sys
 from typing import Any
 
 from service.app import config
+from service.app.card_cli import Subcommands
 
 HELP = "list or replay push notifications that could not be delivered (the dead-letter store)"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "push-dead",
         help=HELP,

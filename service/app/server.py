@@ -24,12 +24,11 @@ import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2
-from grpc_health.v1._async import HealthServicer
+from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
-from grpc_reflection.v1alpha._async import ReflectionServicer
 from starlette.types import ASGIApp
 
 from gateway.app import build_app
@@ -88,6 +87,10 @@ from service.telemetry.setup import Installed
 log = logging.getLogger("service")
 
 READY = "A2A service ready:"  # the start of the line `serve` announces readiness with
+# The asyncio servicers, as the packages publish them (health.aio, reflection.aio).
+HealthServicer = health.aio.HealthServicer
+ReflectionServicer = reflection.aio.ReflectionServicer
+
 # The A2A services on the gRPC server: 1.0 and v0.3 (service/grpc_v03.py).
 A2A_SERVICE_NAMES = (SERVICE.full_name, V03_SERVICE.full_name)
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"  # same messages as v1alpha, newer name
@@ -131,7 +134,7 @@ class Service:
     api: A2AApi | None = None
     cards: Cards | None = None
     grpc_server: grpc.aio.Server | None = None
-    health: HealthServicer | None = None
+    health: Any = None  # a health.aio.HealthServicer once gRPC serves
     grpc_port: int = 0
     http_port: int = 0
     http: HttpServer | None = None
