@@ -11,8 +11,8 @@ from typing import Any
 
 import asyncpg
 
+import service.store.sql as sql
 from gen import a2a_pb2 as pb
-from service.store import sql
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
 from service.store.pg_schema import UNSETTLED_STATES
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import asyncpg
 
+import service.store.sql as sql
 from service.protocol.errors import UnavailableError
-from service.store import sql
 from service.store.base import Scope, WriteConflict
 from service.store.group_commit import GroupCommit, Op, Outcome, settle
 from service.store.pg_conn import CONNECTION_ERRORS, Connections, describe

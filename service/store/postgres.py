@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 import asyncpg
 
+import service.store.pg_reads as reads
+import service.store.pg_writes as writes
 from gen import a2a_pb2 as pb
 from service.protocol.errors import UnavailableError
 from service.protocol.timeutil import status_micros
-from service.store import pg_reads as reads
-from service.store import pg_writes as writes
 from service.store.base import Scope, StoredEvent
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
 from service.store.pg_conn import (

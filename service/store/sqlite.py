@@ -38,10 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
+import service.store.sqlite_reads as reads
+import service.store.sqlite_writes as writes
 from gen import a2a_pb2 as pb
 from service.protocol.timeutil import status_micros
-from service.store import sqlite_reads as reads
-from service.store import sqlite_writes as writes
 from service.store.base import Scope, StoredEvent
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
 from service.store.sql_reads import ReadQueries, SqlReads

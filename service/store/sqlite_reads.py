@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import service.store.sql as sql
 from gen import a2a_pb2 as pb
-from service.store import sql
 from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
 from service.store.event_blob import unpack_events
 from service.store.sqlite_schema import UNSETTLED_SQL

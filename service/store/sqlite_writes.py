@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from service.store import sql
+import service.store.sql as sql
 from service.store.event_blob import pack_events
 from service.store.group_commit import GroupCommit, Op, Outcome, settle
 from service.store.sqlite_checkpoint import Checkpoints
