@@ -36,6 +36,7 @@ from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
 from gateway.telemetry import TelemetryMiddleware
+from gateway.transports.session import FramedJsonRpc, binding_uri
 from gateway.unknown_fields import REJECT
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
@@ -518,7 +519,26 @@ class Service:
         interfaces = [interface(url, binding) for url, binding in places]
         if s.compat_v03:
             interfaces += [interface(url, binding, version=V03_VERSION) for url, binding in places]
-        return interfaces
+        return interfaces + self._transport_interfaces()
+
+    def _transport_interfaces(self) -> list[pb.AgentInterface]:
+        """The JSON-RPC transports of our own that are on (gateway/transports), each under
+        its binding URI (`binding_uri`), after the standard bindings."""
+        places: list[tuple[str, str]] = []
+        return [interface(url, binding_uri(name)) for url, name in places]
+
+    def _framed(self) -> FramedJsonRpc:
+        """JSON-RPC for the transports of our own, over the invoker and the call pipeline."""
+        s = self.settings
+        assert self.invoker is not None and self.pipeline is not None
+        return FramedJsonRpc(
+            self.invoker,
+            SERVICE,
+            self.pipeline,
+            max_frame_bytes=s.max_request_bytes,
+            part_limits=part_limits(s),
+            reject_unknown_fields=s.json_unknown_fields == REJECT,
+        )
 
     def _cards(self, agent: Agent) -> Cards:
         """The card builder; with card signing configured, its cards come out signed."""
