@@ -215,7 +215,7 @@ class FramedJsonRpc:
     def too_large_message(self) -> str:
         return (
             f"A request frame may hold at most {self.max_frame_bytes} bytes "
-            "(max_body_bytes); send large files by URL."
+            "(max_request_bytes); send large files by URL."
         )
 
     async def _principal(self, call: Any, link: Link, parameters: dict[str, str]) -> str:

@@ -132,7 +132,7 @@ async def test_bad_frames_get_json_rpc_errors(rpc):
     )
     assert params["error"]["code"] == -32600 and "serviceParameters" in params["error"]["message"]
     [big] = await frames(rpc, b" " * (64 * 1024 + 1))
-    assert big["error"]["code"] == -32600 and "max_body_bytes" in big["error"]["message"]
+    assert big["error"]["code"] == -32600 and "max_request_bytes" in big["error"]["message"]
     [old] = await frames(rpc, request("GetTask", {"id": "x"}, 6, **{"A2A-Version": "0.3"}, **ALICE))
     assert old["error"]["code"] == -32009  # VersionNotSupported
 
