@@ -280,7 +280,9 @@ class Relayed:
 
     async def __anext__(self) -> Message:
         event = await self._source.__anext__()
-        self.seq = take_event_id(event)
+        # A direct Message reply has no number: whatever its metadata holds is the agent's.
+        numbered = event.WhichOneof("payload") != "message"
+        self.seq = take_event_id(event) if numbered else None
         return event
 
     async def aclose(self) -> None:
