@@ -45,8 +45,10 @@ def set_event_id(event: Message, seq: int) -> None:
     which = event.WhichOneof("payload")
     if which is None:
         return
-    metadata = getattr(event, which).metadata
-    metadata.get_or_create_struct(NAMESPACE)[EVENT_ID_KEY] = str(seq)
+    # Straight through the fields (a value that is not an object becomes one, as with
+    # Struct.get_or_create_struct, which costs about twice as much).
+    namespace = getattr(event, which).metadata.fields[NAMESPACE].struct_value
+    namespace.fields[EVENT_ID_KEY].string_value = str(seq)
 
 
 def with_event_id(event: Message, seq: int | None) -> Message:
