@@ -251,8 +251,8 @@ def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     subscribe.add_argument(
         "--after",
         metavar="SEQ",
-        help="resume after event SEQ (HTTP bindings: Last-Event-ID; gRPC has no event ids, "
-        "its stream starts from the task's current snapshot)",
+        help="resume after event SEQ (the eventId of a --json line): the task as it is now, "
+        "then the events after SEQ (HTTP: Last-Event-ID; gRPC: last-event-id metadata)",
     )
 
     download = add("download", "save a task's stored file artifacts, checking their SHA-256")

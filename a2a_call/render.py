@@ -125,8 +125,8 @@ class Printer:
         print(json.dumps({**extra, **to_json(message)}), file=self.out, flush=True)
 
     def event(self, event: sdk.StreamResponse, event_id: str | None = None) -> None:
-        """One event; with --json its SSE id (HTTP bindings) comes first as `eventId`, the
-        value `subscribe --after` takes."""
+        """One event; with --json its number (the SSE id, or on gRPC the event's
+        `a2a_service.eventId`) comes first as `eventId`, the value `subscribe --after` takes."""
         if self.as_json:
             if event_id is not None:
                 self.json_line(event, eventId=event_id)

@@ -32,6 +32,7 @@ from a2a_call.client import (
     connect,
 )
 from a2a_call.errors import CallError, Exit, classify
+from a2a_call.metadata import take_event_id
 from a2a_call.render import EXIT_OF_STATE, Printer, message_text, state_name
 from a2a_call.safe import printable
 
@@ -187,7 +188,7 @@ class Outcome:
         self.envelope: dict[str, Any] | None = None
         self.status_text = ""
         self.replied = False  # a direct Message, no task
-        self.last_event_id: str | None = None  # SSE id of the last event seen (HTTP bindings)
+        self.last_event_id: str | None = None  # the number of the last event seen
 
     def see(self, event: sdk.StreamResponse) -> None:
         kind = event.WhichOneof("payload")
@@ -220,11 +221,12 @@ async def _follow(
     outcome: Outcome,
 ) -> None:
     conn.event_ids.reset()
+    grpc_ids = conn.binding == "GRPC"  # in the event itself; on HTTP, the SSE id
 
     async def drain() -> None:
         async for event in _events(stream, conn.idle_timeout):
+            event_id = take_event_id(event) if grpc_ids else conn.event_ids.take()
             outcome.see(event)
-            event_id = conn.event_ids.take()
             outcome.last_event_id = event_id or outcome.last_event_id
             printer.event(event, event_id)
 
@@ -415,13 +417,8 @@ async def subscribe(conn: Connection, args: argparse.Namespace, printer: Printer
     if args.after is not None:
         if not args.after.strip() or not args.after.isprintable():
             raise CallError(Exit.USAGE, "--after takes an event id (the eventId of a line)")
-        if conn.binding == "GRPC":
-            printer.note(
-                "a2a-call: --after is ignored on gRPC: it has no event ids; the stream starts "
-                "with the task's current snapshot, which holds everything up to now"
-            )
-        else:
-            extra["Last-Event-ID"] = args.after.strip()
+        # HTTP: the Last-Event-ID header; gRPC: the last-event-id metadata (lower-cased)
+        extra["Last-Event-ID"] = args.after.strip()
     outcome = Outcome()
     stream = conn.client.subscribe(
         sdk.SubscribeToTaskRequest(id=args.task), context=conn.call_context(extra)

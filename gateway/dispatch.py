@@ -11,8 +11,8 @@ ForwardResponseStream, HTTPError), written once and parameterised by a small
   the headers the error asks for (`Allow`, `Retry-After`);
 - a stream is Server-Sent Events: one event per document, whose `id:` is the
   task event's sequence number, so a client can resume SubscribeToTask with
-  `Last-Event-ID` (events without a number, a direct Message reply or proxy
-  mode, carry no `id:`). Idle streams get keep-alive comments; responses say
+  `Last-Event-ID` (an event without a number, a direct Message reply, carries
+  no `id:`; in proxy mode the number is the upstream's). Idle streams get keep-alive comments; responses say
   `Cache-Control: no-store`. The stream ends when the API's iterator ends (a
   terminal or interrupted state); an error after it started is sent as one
   `event: error` whose data is the binding's error document, then it ends. A

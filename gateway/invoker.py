@@ -13,6 +13,10 @@ The in-process invoker calls `A2AApi` directly (no network hop, no
 re-serialization). The gRPC invoker is the proxy mode: it forwards the
 request and the call metadata to the upstream service and maps gRPC errors
 back to the one error table through their `google.rpc.ErrorInfo` reason.
+A resume point (`Last-Event-ID`) travels upstream as the `last-event-id`
+metadata, and each relayed event's number comes back out of the event
+(`a2a_service.eventId`, service.protocol.event_ids), so SSE ids and resume work
+through the proxy as they do in-process.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from service.protocol.errors import (
     MethodNotFoundError,
     UnauthenticatedError,
 )
+from service.protocol.event_ids import RESUME_KEY, take_event_id
 from service.protocol.grpc_status import retry_delay, status_details
 from service.protocol.params import VERSION_KEY
 from service.telemetry import hub
@@ -165,6 +170,10 @@ def error_from_grpc(exc: grpc.aio.AioRpcError) -> A2AError:
 
 def _metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
     items = dict(call.metadata)
+    # The resume point is the one the call was given (HTTP: Last-Event-ID), nothing else.
+    items.pop(RESUME_KEY, None)
+    if call.resume_after is not None:
+        items[RESUME_KEY] = str(call.resume_after)
     if not items.get(VERSION_KEY, "").strip():
         items[VERSION_KEY] = call.default_version  # make the HTTP default explicit upstream
     if hub.current is not None:  # the upstream's server span continues this request's trace
@@ -213,7 +222,7 @@ class GrpcInvoker:
                 first.result()
             except grpc.aio.AioRpcError as exc:
                 raise error_from_grpc(exc) from None
-        return Unnumbered(self._relay(rpc, iterator, first))
+        return Relayed(self._relay(rpc, iterator, first))
 
     def end_streams(self, error: BaseException) -> int:
         """End every relayed stream with `error` (a draining proxy); returns how many."""
@@ -255,21 +264,26 @@ class GrpcInvoker:
                 rpc.cancel()  # a client that went away ends only its own upstream stream
 
 
-class Unnumbered:
-    """A relayed stream as `NumberedEvents`: the upstream's event numbers do not cross
-    gRPC, so `seq` is always None (its SSE events carry no id)."""
+class Relayed:
+    """A relayed stream as `NumberedEvents`: `seq` is the number the upstream wrote into
+    the event (taken out of it, so the event is the one the upstream's own HTTP binding
+    would send), None for an event without one."""
 
-    __slots__ = ("_source",)
-    seq = None
+    __slots__ = ("_source", "seq")
 
     def __init__(self, source: AsyncGenerator[Message, None]) -> None:
         self._source = source
+        self.seq: int | None = None
 
-    def __aiter__(self) -> Unnumbered:
+    def __aiter__(self) -> Relayed:
         return self
 
     async def __anext__(self) -> Message:
-        return await self._source.__anext__()
+        event = await self._source.__anext__()
+        # A direct Message reply has no number: whatever its metadata holds is the agent's.
+        numbered = event.WhichOneof("payload") != "message"
+        self.seq = take_event_id(event) if numbered else None
+        return event
 
     async def aclose(self) -> None:
         await self._source.aclose()

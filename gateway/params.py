@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from service.api import CallContext
-from service.protocol.errors import invalid_field
+from service.protocol.event_ids import RESUME_KEY, resume_point
 from service.protocol.params import EXTENSIONS_KEY, LEGACY_EXTENSIONS_KEY, VERSION_KEY
 
 HTTP_DEFAULT_VERSION = "0.3"
@@ -76,15 +76,7 @@ def sent_version(caller: Caller, query: Mapping[str, str]) -> str:
 
 def last_event_id(headers: Mapping[str, str]) -> int | None:
     """The SSE `Last-Event-ID` (an event sequence number) or None."""
-    raw = headers.get("last-event-id")
-    if raw is None or not raw.strip():
-        return None
-    raw = raw.strip()
-    if not raw.isdigit():
-        raise invalid_field(
-            "Last-Event-ID", f"must be an event id this server sent (a number), got {raw!r}"
-        )
-    return int(raw)
+    return resume_point(headers.get(RESUME_KEY), "Last-Event-ID")
 
 
 def call_context(

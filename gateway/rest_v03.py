@@ -46,6 +46,7 @@ from service.protocol.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
 )
+from service.protocol.event_ids import opens_replay
 from service.protocol.states import ends_stream
 
 SERVICE = v03.DESCRIPTOR.services_by_name["A2AService"]
@@ -88,11 +89,13 @@ class RestV03Codec:
 class _UntilFinal:
     """The API's events until the one after which a v0.3 stream ends."""
 
-    __slots__ = ("_events", "_done")
+    __slots__ = ("_events", "_done", "_resume_after")
 
-    def __init__(self, events: NumberedEvents[Message]) -> None:
+    def __init__(self, events: NumberedEvents[Message], resume_after: int | None) -> None:
         self._events = events
         self._done = False
+        # Set until the first event: a resumed subscription's snapshot does not end it.
+        self._resume_after = resume_after
 
     @property
     def seq(self) -> int | None:
@@ -105,8 +108,9 @@ class _UntilFinal:
         if self._done:
             raise StopAsyncIteration
         event = await self._events.__anext__()
+        opening, self._resume_after = self._resume_after, None
         if isinstance(event, pb.StreamResponse) and ends_stream(event):
-            self._done = True
+            self._done = not opens_replay(event, self._events.seq, opening)
         return event
 
     async def aclose(self) -> None:
@@ -127,7 +131,7 @@ class _V03Invoker:
     async def stream(
         self, name: str, request: Message, call: CallContext
     ) -> NumberedEvents[Message]:
-        return _UntilFinal(await self.inner.stream(name, request, call))
+        return _UntilFinal(await self.inner.stream(name, request, call), call.resume_after)
 
     async def close(self) -> None:
         return None  # the inner invoker is closed by its owner

@@ -19,14 +19,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-NAMESPACE = "a2a_service"  # this service's key in message and event metadata
+from service.protocol.event_ids import NAMESPACE as NAMESPACE  # this service's metadata key
+
 EXTENSION_URI = "urn:a2a-service:metadata:v1"
 EXTENSION_DESCRIPTION = (
     "Status-update metadata under the a2a_service key: tool progress (tool.status, "
     "tool.toolUseId, tool.name, tool.inputSummary with the input's shape only, tool.result "
     "capped), token usage (usage.inputTokens, outputTokens, totalTokens), permission requests "
-    "(input, permission, inputReceived), stored files (byteSize, sha256) and the working "
-    "directory (cwd). Values are capped and sanitised; clients may ignore it."
+    "(input, permission, inputReceived), stored files (byteSize, sha256), the working "
+    "directory (cwd) and, on gRPC streams, each event's sequence number (eventId, to resume "
+    "with the last-event-id metadata). Values are capped and sanitised; clients may ignore it."
 )
 
 TOOL_STATUSES = ("started", "input_delta", "input_complete", "completed", "failed")

@@ -37,6 +37,13 @@ from service.calls.record import CANCELLED, OK, Call
 from service.inputs.early import PartLimits, proto_oversized
 from service.net.limits import CallLimit
 from service.protocol.errors import A2AError, InvalidRequestError
+from service.protocol.event_ids import (
+    RESUME_KEY,
+    opens_replay,
+    resume_point,
+    set_event_id,
+    with_event_id,
+)
 from service.protocol.grpc_status import error_status
 from service.telemetry import names
 
@@ -141,7 +148,11 @@ class Binding:
         message = _decoded(request)  # after authentication: an unknown caller learns nothing
         if edge is not None:
             message = edge.request(message)
-        context = CallContext(metadata=metadata, principal=principal)
+        context = CallContext(
+            metadata=metadata,
+            principal=principal,
+            resume_after=resume_point(metadata.get(RESUME_KEY), "Last-Event-ID"),
+        )
         await pipeline.admit(call, context, message)
         return message, context
 
@@ -216,21 +227,29 @@ def streaming_method(
             message, ctx = await binding.enter(call, metadata, request, edge)
             events = await handler(message, ctx)
             call.streaming()
+            numbered = hasattr(events, "seq")  # an EventStream: each event's number
             if edge is None:
                 async for event in events:
                     call.event(event)
+                    reply = with_event_id(event, events.seq) if numbered else event
                     if logged:
-                        call.bytes += event.ByteSize()
-                    yield event
+                        call.bytes += reply.ByteSize()
+                    yield reply
             else:
+                first = True
                 async for event in events:
                     call.event(event)
-                    reply = edge.reply(event)
+                    reply = edge.reply(event)  # a new message: numbered in place
+                    seq = events.seq if numbered else None
+                    if seq:
+                        set_event_id(reply, seq)
                     if logged:
                         call.bytes += reply.ByteSize()
                     yield reply
                     if ends is not None and ends(event):
-                        break
+                        if not (first and opens_replay(event, seq, ctx.resume_after)):
+                            break
+                    first = False
             call.status = OK
         except Exception as exc:
             await binding.refuse(call, exc, name, context, status)

@@ -39,7 +39,8 @@ log = logging.getLogger("service")
 
 STREAM_SHUTDOWN_MESSAGE = (
     "The server is shutting down; this stream ended before its task did. Resume it with "
-    "SubscribeToTask (on HTTP, send Last-Event-ID with the id of the last event received)."
+    "SubscribeToTask, sending the id of the last event received (HTTP: Last-Event-ID; gRPC: "
+    "the last-event-id metadata)."
 )
 RESPONSE_FLUSH_SECONDS = 2.0  # after the drain: time for answers already made to be written
 

@@ -3,12 +3,13 @@
 An `EventStream` is an async iterator of `StreamResponse` (all gRPC needs) that
 also tells the sequence number of the event it yielded last, as `seq` (None
 for an event without one, e.g. a direct Message reply). The HTTP gateway sends
-it as the SSE event id, so a client can resume SubscribeToTask with
-`Last-Event-ID`.
+it as the SSE event id, the gRPC binding writes it into the event
+(service.protocol.event_ids), so a client can resume SubscribeToTask with
+`Last-Event-ID` / `last-event-id`.
 
 `NumberedEvents` is that contract as a type, for whoever consumes a stream
 without knowing who made it (the gateway's invokers: in-process it is an
-EventStream, in proxy mode a relay whose `seq` is always None).
+EventStream, in proxy mode a relay that reads `seq` out of the upstream's events).
 """
 
 from __future__ import annotations

@@ -1,7 +1,13 @@
 """The subscribe/follow family: the event streams of a task, for SendStreamingMessage
 (one turn) and SubscribeToTask (until terminal), whether the task runs here or on
-another process (shared bus). Every stream takes its snapshot (or resume point) and its
+another process (shared bus). Every stream takes its snapshot (and resume point) and its
 bus subscription together, so no event falls between, and fills gaps from the store.
+
+SubscribeToTask always starts with the task's current snapshot, numbered with the last
+event it includes (spec 1.0.1 §3.1.6: a Task first). A resumed one (`after_seq`, from
+`Last-Event-ID`) then replays every event after `after_seq` — also those the snapshot
+already includes, which therefore carry numbers up to the snapshot's — and goes on with
+live ones: each event once, no gap.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ class Subscriptions:
     async def subscribe(
         self, scope: Scope, task_id: str, after_seq: int | None = None
     ) -> AsyncIterator[pb.StreamResponse]:
-        """SubscribeToTask: the task's events until it is terminal, across pauses and the
-        turns follow-ups start. With `after_seq` (a resumed stream), replay stored events
-        after it instead of starting with the Task snapshot."""
+        """SubscribeToTask: the task's current snapshot, then its events until it is
+        terminal, across pauses and the turns follow-ups start. With `after_seq` (a resumed
+        stream), the events after it follow the snapshot: stored ones first, then live."""
         run = self.runs.get(scope, task_id)
         if run is None:
             if getattr(self.bus, "shared", False):
@@ -83,7 +89,9 @@ class Subscriptions:
                     f"is past the task's latest event ({latest}); resume from an id you received",
                 )
         sub = self.bus.subscribe(task_key(scope, task_id))
-        return EventStream(self.follow_remote(scope, task_id, sub, after_seq, until=TERMINAL))
+        return EventStream(
+            self.follow_remote(scope, task_id, sub, after_seq, until=TERMINAL, snapshot=True)
+        )
 
     async def follow_remote(
         self,
@@ -93,20 +101,26 @@ class Subscriptions:
         after_seq: int | None,
         *,
         until: frozenset[int] = SETTLED,
+        snapshot: bool = False,
     ) -> AsyncGenerator[StoredEvent, None]:
-        """Events of a task another process runs: the committed snapshot (or the stored
-        events after the resume point), then live ones from the bus, gaps filled from the
-        store, until one puts the task in a state of `until`. Subscribed before the store
-        is read: nothing falls between."""
+        """Events of a task another process runs: the committed snapshot (without
+        `after_seq`, or with `snapshot`), then the events after `after_seq` (stored ones
+        first) or after the snapshot, live ones from the bus, gaps filled from the store,
+        until one puts the task in a state of `until`. Subscribed before the store is read:
+        nothing falls between."""
         try:
-            if after_seq is None:
+            if after_seq is None or snapshot:
                 found = await snapshot_with_seq(self.store, scope, task_id)
                 if found is None:
                     raise TaskNotFoundError(f"Task {task_id} not found.")
                 task, seen = found
                 first = pb.StreamResponse(task=task)
                 yield StoredEvent(seen, first)
-                if ends_stream(first, until):
+                if after_seq is not None:
+                    seen, ahead = after_seq, seen
+                else:
+                    ahead = seen
+                if ends_stream(first, until) and seen >= ahead:
                     return
             else:
                 seen = after_seq
@@ -165,29 +179,32 @@ class Subscriptions:
         sub = self.bus.subscribe(run.key)
         # A terminal task whose last event the resume point already covers has nothing left.
         over = run.seq if run.state in until else None
+        snapshot = pb.StreamResponse()
+        snapshot.task.CopyFrom(run.task)
+        first = StoredEvent(run.seq, snapshot)  # numbered with the last event it includes
         if after_seq is not None:
-            return EventStream(self.follow(run, sub, None, after_seq, after_seq, until, over))
-        first = pb.StreamResponse()
-        first.task.CopyFrom(run.task)
+            return EventStream(self.follow(run, sub, first, after_seq, after_seq, until, over))
         return EventStream(self.follow(run, sub, first, run.seq, None, until, over))
 
     async def follow(
         self,
         run: TaskRun,
         sub: Subscription,
-        first: pb.StreamResponse | None,
+        first: StoredEvent | None,
         seen: int,
         replay_after: int | None,
         until: frozenset[int] = SETTLED,
         over: int | None = None,
     ) -> AsyncGenerator[StoredEvent, None]:
-        """Yield `first`, then stored events after `replay_after`, then live events after
-        `seen`, until one puts the task in a state of `until` (or is a direct reply), or
-        `seen` reaches `over` (the seq at which the task was already in such a state)."""
+        """Yield `first` (a snapshot), then stored events after `replay_after`, then live
+        events after `seen`, until one puts the task in a state of `until` (or is a direct
+        reply), or `seen` reaches `over` (the seq at which the task was already in such a
+        state). A snapshot in such a state ends the stream unless events it includes are
+        still to be replayed (`seen` below its number)."""
         try:
             if first is not None:
-                yield StoredEvent(seen, first)
-                if ends_stream(first, until):
+                yield first
+                if ends_stream(first.event, until) and seen >= first.seq:
                     return
             if replay_after is not None:
                 for stored in await self.store.events_after(run.scope, run.task_id, replay_after):

@@ -132,11 +132,11 @@ def test_exit_code_and_json_lines_follow_the_task(ours, binding, text, code, sta
     events = lines(result.stdout)
     assert all(len(e.keys() & EVENT_KEYS) == 1 for e in events), events
     assert "task" in events[0] and state_of(events[-1]) == state
-    if binding == "grpc":  # gRPC has no event ids
-        assert not any("eventId" in e for e in events)
-    else:  # the SSE ids, in order: what `subscribe --after` takes
-        ids = [int(e["eventId"]) for e in events]
-        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    # Each event's number, in order, what `subscribe --after` takes: the SSE id, or on gRPC
+    # the event's a2a_service.eventId (moved out of the event: none is left in it).
+    ids = [int(e["eventId"]) for e in events]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert "a2a_service" not in json.dumps(events)
     task_ids = {
         e.get("task", {}).get("id") or e.get("statusUpdate", {}).get("taskId") for e in events
     }
@@ -375,11 +375,9 @@ def test_get_list_cancel_and_subscribe(ours, binding):
             sub.communicate()
     assert sub.returncode == 3, err
     assert state_of(lines(out)[-1]) == "TASK_STATE_CANCELED"
-    if binding == "grpc":
-        assert "--after is ignored on gRPC" in err
 
 
-@pytest.mark.parametrize("binding", ("jsonrpc", "rest"))
+@pytest.mark.parametrize("binding", BINDINGS)
 def test_subscribe_after_resumes_with_last_event_id(ours, binding):
     done = cli("--json", ours.url, "slow", "3")
     assert done.returncode == 0
@@ -393,8 +391,14 @@ def test_subscribe_after_resumes_with_last_event_id(ours, binding):
     )
     assert every.returncode == 0 and later.returncode == 0, every.stderr + later.stderr
     all_events, rest = lines(every.stdout), lines(later.stdout)
-    assert all_events == sent  # replayed from the store: the same events, the same ids
-    assert rest == sent[3:] and state_of(rest[-1]) == "TASK_STATE_COMPLETED"
+    # The task as it is now first, numbered with the last event, then the events after the
+    # resume point, replayed from the store: the same events with the same ids on every
+    # binding (gRPC's number moved out of the event into eventId, as SSE's id is).
+    for now in (all_events[0], rest[0]):
+        assert now["task"]["id"] == task_id and now["eventId"] == sent[-1]["eventId"]
+        assert state_of(now) == "TASK_STATE_COMPLETED"
+    assert all_events[1:] == sent
+    assert rest[1:] == sent[3:] and state_of(rest[-1]) == "TASK_STATE_COMPLETED"
     bad = cli("subscribe", "--binding", binding, ours.url, "--task", task_id, "--after", "x")
     assert bad.returncode == 8 and "Last-Event-ID" in bad.stderr
 

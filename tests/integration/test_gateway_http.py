@@ -479,16 +479,30 @@ async def test_rest_stream_ids_and_resume_with_last_event_id(gw):
     ) as r:
         assert r.status_code == 200
         rest = await sse_events(r)
+    # The current task first (spec 1.0.1 §3.1.6), numbered with the last event it includes
+    # (at least the resume point: the subscription came after it).
+    snapshot_id, _, snapshot = rest.pop(0)
+    assert snapshot["task"]["id"] == task_id and int(snapshot_id) >= int(last_seen)
     ids = [int(i) for i, _, _ in first + rest]
     assert ids == list(range(ids[0], ids[-1] + 1)), ids  # no gap, no duplicate
     assert rest[-1][2]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
-    # From the very beginning: every stored event, ending at the terminal one.
+    # From the very beginning: the final task, then every stored event (the first of them
+    # the task as it was submitted), ending at the terminal one.
     async with gw.stream(
         "POST", f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": "0"}
     ) as r:
         everything = await sse_events(r)
-    assert [int(i) for i, _, _ in everything] == list(range(1, ids[-1] + 1))
-    assert "task" in everything[0][2]
+    assert [int(i) for i, _, _ in everything] == [ids[-1], *range(1, ids[-1] + 1)]
+    assert everything[0][2]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert everything[1][2]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+    # Resumed at the last event: the final task alone, then the end.
+    async with gw.stream(
+        "GET", f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": str(ids[-1])}
+    ) as r:
+        final = await sse_events(r)
+    assert [(int(i), e["task"]["status"]["state"]) for i, _, e in final] == [
+        (ids[-1], "TASK_STATE_COMPLETED")
+    ]
     # A finished task with no resume point has nothing to subscribe to.
     r = await gw.get(f"/tasks/{task_id}:subscribe", headers=V1)
     assert r.status_code == 400 and reason(r.json()["error"]["details"]) == "UNSUPPORTED_OPERATION"

@@ -45,14 +45,17 @@ def parse_sse(text: str) -> list[tuple[str | None, str | None, dict]]:
 
 
 async def stored_events(http_port: int, task_id: str) -> list[tuple[str | None, str | None, dict]]:
-    """Every stored event of a task (SubscribeToTask resumed after event 0)."""
+    """Every stored event of a task (SubscribeToTask resumed after event 0, without the
+    current task it starts with)."""
     async with httpx.AsyncClient(timeout=20) as client:
         r = await client.get(
             f"http://127.0.0.1:{http_port}/tasks/{task_id}:subscribe",
             headers=V1 | {"Last-Event-ID": "0"},
         )
     assert r.status_code == 200, r.text
-    return parse_sse(r.text)
+    current, *events = parse_sse(r.text)
+    assert "task" in current[2] and current[0] == events[-1][0]  # numbered with the last event
+    return events
 
 
 def state_of(event: dict) -> str | None:
@@ -403,8 +406,10 @@ async def test_drain_under_load_every_binding_gets_a_recognisable_end(tmp_path):
                 headers=V1 | {"Last-Event-ID": str(raw_last_id)},
             )
         resumed = parse_sse(r.text)
-        assert [int(e[0]) for e in resumed] == [raw_last_id + 1]
-        assert state_of(resumed[0][2]) == "TASK_STATE_FAILED"
+        # The task as it is now, then the one event after the resume point.
+        assert [int(e[0]) for e in resumed] == [raw_last_id + 1, raw_last_id + 1]
+        assert "task" in resumed[0][2] and "statusUpdate" in resumed[1][2]
+        assert [state_of(e[2]) for e in resumed] == 2 * ["TASK_STATE_FAILED"]
         # Every event of the pushed task reaches its receiver, the FAILED one included.
         events = await stored_events(http_port, pushed.id)
         expected = {f"{pushed.id}/{e[0]}/hook" for e in events}

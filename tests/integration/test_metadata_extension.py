@@ -65,6 +65,21 @@ async def test_tool_and_usage_metadata_over_grpc(server):
     updates = [
         json_format.MessageToDict(e.status_update) for e in events if e.HasField("status_update")
     ]
+    # On gRPC every event also carries its number (a2a_service.eventId, in order): set
+    # beside the agent's own keys, then left out of what the agent's keys are checked for.
+    every = [
+        json_format.MessageToDict(getattr(e, e.WhichOneof("payload")).metadata) for e in events
+    ]
+    assert [m["a2a_service"]["eventId"] for m in every] == [
+        str(n) for n in range(1, len(events) + 1)
+    ]
+    for update in updates:
+        update["metadata"]["a2a_service"].pop("eventId")
+    for update in updates:
+        if update["metadata"]["a2a_service"] == {}:
+            del update["metadata"]["a2a_service"]
+        if update["metadata"] == {}:
+            del update["metadata"]
     check_extension_events(updates, str(events))
 
 

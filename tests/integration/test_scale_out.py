@@ -20,6 +20,8 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as sdk
 from google.protobuf import json_format
 
+from gen import a2a_pb2 as pb
+from gen import a2a_pb2_grpc
 from service.engine.registry import RESTART_MESSAGE
 from tests.conftest import user_message
 from tests.pg_util import create_database, cut_access, drop_database, restore_access
@@ -329,21 +331,69 @@ async def test_events_and_resume_across_three_processes(cluster):
                     f"/tasks/{task_id}:subscribe",
                     headers=V1 | {"Last-Event-ID": str(head[-1][0])},
                 ) as rb:
-                    middle = await _sse(rb, limit=5)
+                    b_now, *middle = await _sse(rb, limit=6)
             async with httpx.AsyncClient(base_url=c.base, timeout=60) as on_c:
                 async with on_c.stream(
                     "GET",
                     f"/tasks/{task_id}:subscribe",
                     headers=V1 | {"Last-Event-ID": str(middle[-1][0])},
                 ) as rc:
-                    tail = await _sse(rc)
+                    c_now, *tail = await _sse(rc)
             rest_on_a = await _sse(r)
+    # Each resumed stream starts with the task as it is, numbered with the last event it
+    # includes: never before the resume point.
+    for (now_id, now), after in ((b_now, head[-1][0]), (c_now, middle[-1][0])):
+        assert now["task"]["id"] == task_id and now_id >= after
     on_a_all = head + rest_on_a
     elsewhere = head + middle + tail
     # The same events, in the same order, with the same ids; no gap, no duplicate.
     assert [i for i, _ in elsewhere] == list(range(1, len(elsewhere) + 1))
     assert elsewhere == on_a_all
     assert tail[-1][1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def _event_id(event: pb.StreamResponse) -> int:
+    """The number a gRPC event carries (`a2a_service.eventId` in its payload's metadata)."""
+    payload = getattr(event, event.WhichOneof("payload"))
+    return int(payload.metadata.fields["a2a_service"].struct_value.fields["eventId"].string_value)
+
+
+async def test_grpc_resume_with_last_event_id_on_another_process(cluster):
+    """A gRPC stream broken off on A resumes on B (metadata last-event-id): the task as it
+    is now first, then every event after the resume point from the shared store and bus,
+    with no gap and no duplicate; once more on C after the task finished."""
+    a, b, c = [await cluster.start() for _ in range(3)]
+    async with (
+        grpc.aio.insecure_channel(f"127.0.0.1:{a.grpc_port}") as to_a,
+        grpc.aio.insecure_channel(f"127.0.0.1:{b.grpc_port}") as to_b,
+        grpc.aio.insecure_channel(f"127.0.0.1:{c.grpc_port}") as to_c,
+    ):
+        on_a = a2a_pb2_grpc.A2AServiceStub(to_a)
+        streamed = on_a.SendStreamingMessage(pb.SendMessageRequest(message=user_message("slow 20")))
+        head = [await asyncio.wait_for(streamed.read(), 30) for _ in range(3)]
+        streamed.cancel()  # the client loses A
+        task_id = head[0].task.id
+        last_seen = _event_id(head[-1])
+        request = pb.SubscribeToTaskRequest(id=task_id)
+        resumed = a2a_pb2_grpc.A2AServiceStub(to_b).SubscribeToTask(
+            request, metadata=(("last-event-id", str(last_seen)),)
+        )
+        now, *rest = await asyncio.wait_for(_all(resumed), 60)
+        assert now.task.id == task_id and _event_id(now) >= last_seen
+        ids = [_event_id(e) for e in head + rest]
+        assert ids == list(range(1, ids[-1] + 1)), ids  # no gap, no duplicate
+        assert rest[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+        # Finished: C replays the same events from the store after the final task.
+        again = a2a_pb2_grpc.A2AServiceStub(to_c).SubscribeToTask(
+            request, metadata=(("last-event-id", str(last_seen)),)
+        )
+        final, *replayed = await asyncio.wait_for(_all(again), 60)
+        assert final.task.status.state == pb.TASK_STATE_COMPLETED and _event_id(final) == ids[-1]
+        assert replayed == rest
+
+
+async def _all(call) -> list:
+    return [event async for event in call]
 
 
 async def test_a_killed_process_s_tasks_are_recovered_by_a_survivor(cluster, sdk_for):
@@ -379,7 +429,8 @@ async def test_a_redis_restart_mid_stream_loses_nothing(cluster):
         async with on_b.stream(
             "GET", f"/tasks/{task_id}:subscribe", headers=V1 | {"Last-Event-ID": "1"}
         ) as rb:
-            got = await _sse(rb, limit=3)
+            now, *got = await _sse(rb, limit=4)
+            assert now[1]["task"]["id"] == task_id  # the task as it is, then events after 1
             await asyncio.to_thread(cluster.redis.stop)
             await asyncio.sleep(0.5)
             await asyncio.to_thread(cluster.redis.start)  # the same port

@@ -175,6 +175,12 @@ async def test_sse_send_streaming_message_ends_at_the_pause_and_resume_crosses_i
     done = await answer(stub, task_id)
     assert done.status.state == pb.TASK_STATE_COMPLETED
     after, before = await at_pause, await before_pause
+    # Each starts with the task as it was when it was opened (paused), numbered with the
+    # last event it includes; then the events after the resume point.
+    for resumed in (after, before):
+        first = resumed.pop(0)
+        assert first[0] == paused_at
+        assert sse_payloads([first])[0]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     ids = [int(i) for i, _, _ in first_turn + after]
     assert ids == list(range(1, ids[-1] + 1)), ids  # no gap, no duplicate across the pause
     assert kinds(sse_payloads(after)) == ["TASK_STATE_WORKING", "artifact", "TASK_STATE_COMPLETED"]

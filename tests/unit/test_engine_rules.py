@@ -409,7 +409,7 @@ async def test_a_subscriber_that_joins_before_events_are_committed_sees_each_onc
 # -------------------------------------------------------------------------------- resume
 
 
-async def test_resume_replays_stored_events_then_live_ones():
+async def test_resume_starts_with_the_current_task_then_replays_stored_and_live_events():
     agent = Gated()
     engine = Engine(MemoryTaskStore(), agent, InProcessBus())
     try:
@@ -418,19 +418,24 @@ async def test_resume_replays_stored_events_then_live_ones():
         await until_last_seq(engine, task_id, 3)  # snapshot, step 1, step 2: now waiting
         resumed = await engine.subscribe(SCOPE, task_id, after_seq=1)
         from_latest = await engine.subscribe(SCOPE, task_id, after_seq=3)
-        replayed = await read(resumed, 2)
-        assert replayed == [(2, "TASK_STATE_WORKING"), (3, "TASK_STATE_WORKING")]
+        # The current task first (numbered with the last event it includes), then every
+        # event after the resume point, those the snapshot includes too.
+        replayed = await read(resumed, 3)
+        assert replayed == [(3, "task"), (2, "TASK_STATE_WORKING"), (3, "TASK_STATE_WORKING")]
+        assert await read(from_latest, 1) == [(3, "task")]
         agent.gate.set()
         assert await read(resumed) == [(4, "artifact"), (5, "TASK_STATE_COMPLETED")]
         assert await read(from_latest) == [(4, "artifact"), (5, "TASK_STATE_COMPLETED")]
         await until_stored(engine, task_id, pb.TASK_STATE_COMPLETED)
-        # Once the task is over, resuming replays from the store alone.
+        # Once the task is over, resuming replays from the store alone, after its snapshot.
         assert await read(await engine.subscribe(SCOPE, task_id, after_seq=2)) == [
+            (5, "task"),
             (3, "TASK_STATE_WORKING"),
             (4, "artifact"),
             (5, "TASK_STATE_COMPLETED"),
         ]
-        assert await read(await engine.subscribe(SCOPE, task_id, after_seq=5)) == []
+        # Resumed at the end: the final task alone.
+        assert await read(await engine.subscribe(SCOPE, task_id, after_seq=5)) == [(5, "task")]
         with pytest.raises(UnsupportedOperationError):  # not resuming: nothing to subscribe to
             await engine.subscribe(SCOPE, task_id)
     finally:
@@ -452,8 +457,10 @@ async def test_resume_past_the_latest_event_is_invalid_params_on_last_event_id(e
             await engine.subscribe(SCOPE, task_id, after_seq=after)
         assert [field for field, _ in refused.value.field_violations] == ["Last-Event-ID"]
         assert f"latest event ({newest})" in refused.value.message
-    # At the latest event exactly is fine.
-    assert await read(await engine.subscribe(SCOPE, done.id, after_seq=done_latest)) == []
+    # At the latest event exactly is fine: the final task, then the end.
+    assert await read(await engine.subscribe(SCOPE, done.id, after_seq=done_latest)) == [
+        (done_latest, "task")
+    ]
 
 
 # ------------------------------------------------------------- subscriptions through a pause
@@ -476,7 +483,7 @@ async def test_a_subscription_opened_while_paused_lasts_until_the_task_is_termin
     subscribed = await engine.subscribe(SCOPE, paused.id)
     resumed = await engine.subscribe(SCOPE, paused.id, after_seq=latest - 1)
     assert await read(subscribed, 1) == [(latest, "task")]  # the paused task, still open
-    assert await read(resumed, 1) == [(latest, pb.TaskState.Name(paused_state))]
+    assert await read(resumed, 2) == [(latest, "task"), (latest, pb.TaskState.Name(paused_state))]
     if text.startswith("ask"):
         assert (SCOPE, paused.id) in engine.runs  # the agent waits in ctx.ask()
     else:
@@ -516,6 +523,8 @@ async def test_a_subscription_from_before_the_pause_hears_every_turn_once():
         assert [name for _, name in streamed][-1] == "TASK_STATE_INPUT_REQUIRED"
         task_id = turn.run.task_id
         whole = await engine.subscribe(SCOPE, task_id, after_seq=0)
+        current = await read(whole, 1)  # the task as it is now, then the replay
+        assert current == [(len(streamed), "task")]
         assert await read(whole, len(streamed)) == streamed  # replayed from the store
         for answer in ("one", "two"):  # a new turn that pauses in ctx.ask(), then its answer
             follow = await engine.send(
