@@ -201,11 +201,16 @@ class ParkingAgent(ScriptedAgent):
         except asyncio.CancelledError:
             if not ctx.cancel_requested:
                 ParkingAgent.released.append(ctx.task_id)
-                path = os.environ.get("PARKED_LOG")
-                if path:
-                    with open(path, "a") as log:
-                        log.write(ctx.task_id + "\n")
+                _note_parked(ctx.task_id)
             raise
+
+
+def _note_parked(task_id: str) -> None:
+    """A line in the PARKED_LOG file (a few bytes, appended once per parked turn)."""
+    path = os.environ.get("PARKED_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(task_id + "\n")
 
 
 class RecordingAgent:
