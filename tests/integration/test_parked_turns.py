@@ -22,6 +22,7 @@ from gen import a2a_pb2_grpc
 from tests.agents import ParkingAgent
 from tests.conftest import user_message
 from tests.integration.test_gateway_http import V1, message, rpc
+from tests.integration.test_subscribe_through_pause import read_to_end
 from tests.process import ServerProcess
 
 WAIT = 20  # seconds: a condition not reached by then fails the test
@@ -102,6 +103,24 @@ async def test_an_answer_within_the_idle_time_reaches_the_live_turn(connect, bin
     answered = await client.send("the answer", task_id)
     assert answered == (task_id, "TASK_STATE_COMPLETED", "you said: the answer")
     assert task_id not in ParkingAgent.released
+
+
+async def test_a_subscription_through_the_parking_hears_the_new_turn(connect):
+    """SubscribeToTask opened while the turn waits (idle long enough for that), kept open
+    while the turn is parked: it receives the turn the answer starts, to the end."""
+    client = await connect("GRPC", paused_turn_idle_seconds=2.0)
+    task_id, _, _ = await client.send("ask what?")
+    stream = client.stub.SubscribeToTask(pb.SubscribeToTaskRequest(id=task_id))
+    first = await asyncio.wait_for(stream.read(), WAIT)
+    assert first.task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+    await until_released(task_id)
+    assert (await client.send("the answer", task_id))[2] == "follow-up: the answer"
+    events = await read_to_end(stream)
+    texts = [
+        e.artifact_update.artifact.parts[0].text for e in events if e.HasField("artifact_update")
+    ]
+    assert texts == ["follow-up: the answer"]
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
 
 
 def released_in(path: pathlib.Path, task_id: str) -> None:
