@@ -4,7 +4,8 @@ parked, and how fast 1,000 of them resume.
 Our server runs as a subprocess on a fresh SQLite store with AskAgent (asks one question,
 completes with the answer). For each count N and each mode — `live` (`paused_turn_idle_seconds
 = 0`: every paused turn keeps its coroutine) and `parked` (a short idle time: each is parked
-soon after it asked) — a server is warmed up (200 tasks asked and answered), its RSS taken
+soon after it asked) — a server is warmed up (200 tasks asked and answered; 20 with
+`--quick`), its RSS taken
 as the baseline, then N tasks are sent (SendMessage over gRPC, `--concurrency` in flight;
 each returns at INPUT_REQUIRED). Parked: the bench waits until the idle time has passed for
 the last one. "KiB/task" = (RSS now - baseline) / N; "peak" is the process's RSS high-water
@@ -36,7 +37,6 @@ from gen import a2a_pb2_grpc  # noqa: E402
 from tests.bench.common import METADATA, ServerProcess, percentile, serve_argv  # noqa: E402
 
 ASK_AGENT = "tests.bench.agents:AskAgent"
-WARMUP = 200
 MODES = ("live", "parked")
 
 
@@ -57,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def apply_defaults(args: argparse.Namespace) -> None:
+    args.paused_warmup = 20 if args.quick else 200
     if args.paused_counts is None:
         args.paused_counts = "300" if args.quick else "10000"
     if isinstance(args.paused_counts, str):
@@ -134,7 +135,13 @@ async def answer_tasks(
 
 
 async def measure(
-    tmp: pathlib.Path, mode: str, count: int, resume: int, idle: float, concurrency: int
+    tmp: pathlib.Path,
+    mode: str,
+    count: int,
+    resume: int,
+    idle: float,
+    concurrency: int,
+    warmup: int,
 ) -> dict:
     db = tmp / f"paused_{mode}_{count}.db"
     argv = serve_argv(
@@ -146,14 +153,14 @@ async def measure(
     try:
         async with grpc.aio.insecure_channel(server.target) as channel:
             stub = a2a_pb2_grpc.A2AServiceStub(channel)
-            warm = await pause_tasks(stub, WARMUP, concurrency)
+            warm = await pause_tasks(stub, warmup, concurrency)
             await answer_tasks(stub, warm, concurrency, ("got", "resumed"))
             base, _ = rss_kib(server.pid)
             began, cpu0 = time.perf_counter(), server.cpu_seconds()
             ids = await pause_tasks(stub, count, concurrency)
             sent_s = time.perf_counter() - began
             if mode == "parked":
-                await asyncio.sleep(idle + 1.0)  # the last ones park too
+                await asyncio.sleep(2 * idle + 0.2)  # the last ones park too
             rss, peak = rss_kib(server.pid)
             cpu = server.cpu_seconds() - cpu0
             step = max(1, count // resume)
@@ -173,7 +180,7 @@ async def measure(
         "peak_kib_per_task": (peak - base) / count,
         "paused_per_s": count / sent_s,
         "server_cpu_s": cpu,
-        "db_kib_per_task": db_bytes / 1024 / (count + WARMUP),
+        "db_kib_per_task": db_bytes / 1024 / (count + warmup),
         "resumed": len(chosen),
         "resume_s": wall,
         "resume_p50_ms": percentile(latencies, 50),
@@ -186,7 +193,13 @@ async def bench_paused(args, tmp: pathlib.Path) -> list[dict]:
     for count in args.paused_counts:
         for mode in MODES:
             row = await measure(
-                tmp, mode, count, args.paused_resume, args.paused_idle, args.concurrency
+                tmp,
+                mode,
+                count,
+                args.paused_resume,
+                args.paused_idle,
+                args.concurrency,
+                args.paused_warmup,
             )
             rows.append(row)
             print(

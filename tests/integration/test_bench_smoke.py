@@ -58,7 +58,7 @@ def test_bench_quick_produces_every_row(tmp_path):
         "--json",
         str(out),
     ]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=110)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=140)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
 
