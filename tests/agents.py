@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 
 from gen import a2a_pb2 as pb
 from service.agent import TurnContext
@@ -184,6 +185,32 @@ class HumanLoopAgent(ScriptedAgent):
 
     name = "Human-in-the-loop test agent"
     input_modes = ["text/plain", "application/json"]
+
+
+class ParkingAgent(ScriptedAgent):
+    """ScriptedAgent that records each turn released while it waited (cancelled, but not by
+    CancelTask: parked) in `ParkingAgent.released`, and as a line in the file the
+    environment variable PARKED_LOG names (for a server in another process)."""
+
+    name = "Parking test agent"
+    released: list[str] = []
+
+    async def run(self, ctx: TurnContext) -> None:
+        try:
+            await super().run(ctx)
+        except asyncio.CancelledError:
+            if not ctx.cancel_requested:
+                ParkingAgent.released.append(ctx.task_id)
+                _note_parked(ctx.task_id)
+            raise
+
+
+def _note_parked(task_id: str) -> None:
+    """A line in the PARKED_LOG file (a few bytes, appended once per parked turn)."""
+    path = os.environ.get("PARKED_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(task_id + "\n")
 
 
 class RecordingAgent:

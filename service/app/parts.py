@@ -282,6 +282,7 @@ async def engine_and_peers(
         max_turn_seconds=s.max_turn_seconds,
         peers=peers,
         first_event_grace=s.first_event_grace_ms / 1000,
+        park_after=s.paused_turn_idle_seconds,
     )
     try:
         if peers is not None:

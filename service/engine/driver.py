@@ -26,6 +26,11 @@ SHUTDOWN_MESSAGE = (
     "Send a new message to retry."
 )
 
+PARKED_MESSAGE = (
+    "The agent's turn was released while it waited for an answer (paused_turn_idle_seconds), "
+    "and its cleanup left the task working. Send a new message to retry."
+)
+
 
 class Driver:
     def __init__(
@@ -46,11 +51,13 @@ class Driver:
         self.abandoned: set[asyncio.Task[None]] = set()
 
     def start_agent(self, run: TaskRun, ctx: TurnContext) -> None:
+        run.parking = False
         run.start_agent(self._drive(run, ctx, hub.current))
         self.watchdog.watch(run)
 
     def resumed(self, run: TaskRun, message: pb.Message) -> None:
         """The paused agent coroutine continues with the caller's message."""
+        run.parking = False  # an agent that ignored its parking and asked again
         run.resume(message)
         self.watchdog.watch(run)
 
@@ -117,6 +124,8 @@ class Driver:
                     run.force_state(pb.TASK_STATE_FAILED, run.stop_reason)
                 elif run.cancel_requested:
                     run.force_state(pb.TASK_STATE_CANCELED, "The task was canceled.")
+                elif run.parking:
+                    parked(run)
                 else:
                     stopped_by_shutdown(run)
             except Exception as exc:  # the agent broke: the task fails, the server keeps serving
@@ -127,6 +136,7 @@ class Driver:
                     run.status(pb.TASK_STATE_COMPLETED, None, None)
             finally:
                 run.stop_reason = None  # a stall stops this turn only
+                run.parking = False
                 self.runs.free_slot(run)
                 if run.watch_handle is not None:
                     run.watch_handle.cancel()
@@ -179,6 +189,15 @@ class Driver:
             except BaseException:
                 pass  # logged by the flusher; the store's close reports what is left
         return stopped
+
+
+def parked(run: TaskRun) -> None:
+    """A turn parked while it waited in ctx.ask(): the task stays interrupted, as stored,
+    and the answer starts a new turn. An agent whose cleanup moved the task on (it emitted
+    after the cancellation) has left it working with nobody at work: it fails, saying so."""
+    log.debug("task %s: paused turn parked (paused_turn_idle_seconds)", run.task_id)
+    if not run.settled:
+        run.force_state(pb.TASK_STATE_FAILED, PARKED_MESSAGE)
 
 
 def stopped_by_shutdown(run: TaskRun) -> None:

@@ -27,6 +27,9 @@ from service.telemetry import hub
 RETRY_AFTER_SECONDS = 1.0  # the hint for limits on work in flight (a turn or stream ends soon)
 _MAX_BUCKETS = 100_000  # principals with a partly used bucket kept at once (full ones are dropped)
 NO_LIMIT_OR_MORE = at_least(0, "must be 0 (no limit) or a positive number")
+# The default: most answers to a question come within minutes; a question unanswered for
+# five is likely to wait much longer, and its live turn then costs memory for nothing.
+PAUSED_TURN_IDLE_SECONDS = 300.0
 FIRST_EVENT_GRACE_MS = 50.0  # the default: a quick agent still answers with a Message
 OFF_OR_UP_TO_30_DAYS = between(0, 30 * 86400, "must be between {low} (off) and {high}, got {value}")
 
@@ -69,6 +72,11 @@ class LimitSettings:
     max_turn_seconds: float = setting(
         0.0,
         "a turn still at work after this long is stopped the same way; `0` = off",
+        check=OFF_OR_UP_TO_30_DAYS,
+    )
+    paused_turn_idle_seconds: float = setting(
+        PAUSED_TURN_IDLE_SECONDS,
+        "a turn waiting in `ctx.ask()` this long without an answer is parked: its coroutine is released (cancelled; the agent's `finally` blocks run), the question stays in the stored task (`INPUT_REQUIRED`), and the answer starts a new turn that receives it, as after a restart. A live paused turn holds its coroutine and everything it references; a parked one, nothing in the process. `0` = never park (see [Agents](agents.md#parked-turns))",
         check=OFF_OR_UP_TO_30_DAYS,
     )
     first_event_grace_ms: float = setting(

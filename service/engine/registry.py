@@ -52,6 +52,7 @@ class Engine:
         max_turn_seconds: float = 0.0,
         peers: Elsewhere | None = None,
         first_event_grace: float | None = None,
+        park_after: float = 0.0,
     ) -> None:
         self.store = store
         self.files = files  # stored file artifacts (None: ctx.file_artifact is refused)
@@ -60,7 +61,8 @@ class Engine:
         self.permissions = permissions  # who decides ctx.request_permission (permission_mode)
         # on_commit: called synchronously after each committed batch of events; event_pace:
         # see TaskRun, seconds of a running agent's events per commit.
-        self.runs = Runs(store, bus, on_commit, event_pace, files, turns)
+        # park_after: seconds a turn may wait in ctx.ask() before it is parked (0: never).
+        self.runs = Runs(store, bus, on_commit, event_pace, files, turns, park_after)
         self.turns = self.runs.turns  # turn slots (None: no limit)
         # Several processes on one store and bus (service.engine.peers), or just this one.
         self.elsewhere: Elsewhere = peers if peers is not None else Here(self)

@@ -106,6 +106,10 @@ class TaskRun:
         self.stop_reason: str | None = None
         self.watch_handle: asyncio.TimerHandle | None = None
         self._on_pause = on_pause
+        # Parking (Runs.park_after): the timer that parks this turn while it waits in
+        # ctx.ask(), and whether the agent's CancelledError is that parking (not a cancel).
+        self.park_handle: asyncio.TimerHandle | None = None
+        self.parking = False
         self.trace: hub.Turn | None = None  # the running turn's span (telemetry on)
         # Several processes (service.engine.peers): `claim` records this process as the
         # task's owner; a new task's turn makes it at its first commit, if its agent still
@@ -586,11 +590,25 @@ class TaskRun:
     async def next_input(self) -> pb.Message:
         self.input_waiter = asyncio.get_running_loop().create_future()
         if self._on_pause is not None:
-            self._on_pause(self)  # waiting for the caller: not at work, not stalled
+            self._on_pause(self)  # waiting for the caller: not at work, not stalled; parkable
         try:
             return await self.input_waiter
         finally:
             self.input_waiter = None
+            if self.park_handle is not None:
+                self.park_handle.cancel()
+                self.park_handle = None
+
+    def park(self) -> None:
+        """Release the agent coroutine paused in `next_input`: it is cancelled (its cleanup
+        runs) and the task stays as stored, interrupted; the caller's answer starts a new
+        turn, as after a restart. No-op unless the agent still waits for that answer."""
+        self.park_handle = None
+        waiter = self.input_waiter
+        if waiter is None or waiter.done() or self.agent_task is None or self.agent_task.done():
+            return
+        self.parking = True
+        self.agent_task.cancel()
 
     # ---- end of life --------------------------------------------------------
 

@@ -2,7 +2,10 @@
 stored task into its run, and the turn slots the runs hold.
 
 A run is registered while it has an agent coroutine or events to commit, and dropped
-once idle (the store would otherwise hand a stale snapshot to the next loader).
+once idle (the store would otherwise hand a stale snapshot to the next loader). A turn
+left waiting in ctx.ask() longer than `park_after` is parked: its coroutine is cancelled
+and the run dropped, so a paused task costs this process nothing; the task stays as
+stored (interrupted), and its answer starts a new turn, as after a restart.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Runs:
         event_pace: float,
         files: FileArtifacts | None,
         turns: Slots | None,
+        park_after: float = 0.0,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -37,6 +41,9 @@ class Runs:
         # Turns at work at once (all, per owner): a turn holds a slot from its start (or
         # resumption) until its agent ends or pauses in ctx.ask().
         self.turns = turns if turns is not None and turns.enabled else None
+        # Seconds a turn may wait in ctx.ask() before it is parked (0: never): its coroutine
+        # is released and the run dropped; the answer starts a new turn (paused_turn_idle_seconds).
+        self.park_after = park_after
         self._live: dict[tuple[Scope, str], TaskRun] = {}
 
     # ---- the table -----------------------------------------------------------
@@ -73,7 +80,7 @@ class Runs:
             on_commit=self.on_commit,
             pace=self.event_pace,
             files=self.files,
-            on_pause=self.free_slot if self.turns is not None else None,
+            on_pause=self._paused if self.turns is not None or self.park_after > 0 else None,
         )
         self._live[(scope, task_id)] = run
         return run
@@ -112,6 +119,14 @@ class Runs:
         """Drop a run that has no agent coroutine and nothing left to do."""
         if not run.agent_alive:
             self._forget(run)
+
+    def _paused(self, run: TaskRun) -> None:
+        """The turn's agent waits in ctx.ask(): its slot is free, and it is parked if the
+        answer has not come within `park_after` (the run's `next_input` cancels the timer)."""
+        self.free_slot(run)
+        if self.park_after > 0:
+            loop = asyncio.get_running_loop()
+            run.park_handle = loop.call_later(self.park_after, run.park)
 
     # ---- turn slots ----------------------------------------------------------
 

@@ -5,6 +5,9 @@ ChunkAgent: the message text is `N` or `N K`; the agent emits one artifact in N 
 event loop back every K chunks (default 1, so the engine's flusher can run while the
 agent is still producing; K=0 never yields), then the turn completes.
 
+AskAgent: asks a question (ctx.ask) and completes with `got ANSWER` when ask() returns it, or
+with `resumed ANSWER` when the answer starts a new turn (the paused turn was parked).
+
 FileAgent: the message text is `file N` (bytes) or `file NMiB`; the agent stores that many
 random bytes as one file artifact (ctx.file_artifact), then the turn completes.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from gen import a2a_pb2 as pb
 from service.agent import TurnContext
 
 CHUNK_TEXT = "token "
@@ -44,3 +48,15 @@ class FileAgent:
         spec = ctx.text.split()[-1]
         size = int(spec[:-3]) * 1024 * 1024 if spec.endswith("MiB") else int(spec)
         await ctx.file_artifact(os.urandom(size), filename="bench.bin")
+
+
+class AskAgent:
+    name = "Ask bench agent"
+    description = "Asks one question, then completes with the answer."
+
+    async def run(self, ctx: TurnContext) -> None:
+        if ctx.task is not None and ctx.task.status.state == pb.TASK_STATE_INPUT_REQUIRED:
+            await ctx.complete(f"resumed {ctx.text}")  # a parked turn's answer: a new turn
+            return
+        answer = await ctx.ask("Which one?")
+        await ctx.complete(f"got {answer.parts[0].text}")

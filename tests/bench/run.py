@@ -24,6 +24,8 @@
 9. An a2a-sdk AgentExecutor (TaskUpdater, one artifact in N chunks) streaming behind our
    server (`--agent a2a_sdk:...`) and behind a2a-sdk 1.3.0's own gRPC server: events per
    second to one subscriber (sdk_agent_bench.py).
+10. Paused tasks (an agent waiting in ctx.ask()): server memory per task live and parked
+   (paused_turn_idle_seconds), and the time to answer 1,000 of them (paused_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -67,6 +69,9 @@ from tests.bench.file_bench import add_arguments as add_file_arguments  # noqa: 
 from tests.bench.file_bench import apply_defaults as file_defaults  # noqa: E402
 from tests.bench.file_bench import bench_files, file_rows_bad, report_files  # noqa: E402
 from tests.bench.http_bench import bench_http  # noqa: E402
+from tests.bench.paused_bench import add_arguments as add_paused_arguments  # noqa: E402
+from tests.bench.paused_bench import apply_defaults as paused_defaults  # noqa: E402
+from tests.bench.paused_bench import bench_paused, paused_rows_bad, report_paused  # noqa: E402
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
 from tests.bench.scale_bench import bench_scale, report_scale  # noqa: E402
 from tests.bench.sdk_agent_bench import bench_sdk_agent  # noqa: E402
@@ -743,6 +748,8 @@ def report(results: dict, args) -> str:
         out.append(report_burst(results["burst"]))
     if "scale" in results:
         out.append(report_scale(results["scale"]))
+    if "paused" in results:
+        out.append(report_paused(results["paused"], args))
     return "\n".join(out)
 
 
@@ -771,6 +778,7 @@ def numbers_ok(results: dict) -> list[str]:
     bad += push_rows_bad(results.get("push", []))
     bad += file_rows_bad(results.get("files", {}))
     bad += burst_rows_bad(results.get("burst", []))
+    bad += paused_rows_bad(results.get("paused", []))
     return bad
 
 
@@ -786,8 +794,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files,burst,scale,sdkagent",
-        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent",
+        default="send,stream,list,http,push,files,burst,scale,sdkagent,paused",
+        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent, paused",
     )
     p.add_argument(
         "--duration",
@@ -864,8 +872,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
     )
     add_file_arguments(p)
+    add_paused_arguments(p)
     args = p.parse_args(argv)
     file_defaults(args)
+    paused_defaults(args)
     quick = args.quick
     defaults = dict(
         duration=2.0 if quick else 4.0,
@@ -888,7 +898,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push", "files", "burst", "scale", "sdkagent"}
+    parts = {
+        "send",
+        "stream",
+        "list",
+        "http",
+        "push",
+        "files",
+        "burst",
+        "scale",
+        "sdkagent",
+        "paused",
+    }
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -921,6 +942,7 @@ async def amain(args) -> dict:
             ("burst", "burst", "Burst (limits off and on)", bench_burst),
             ("scale", "scale", "Scale-out", bench_scale),
             ("sdkagent", "sdk_agent", "a2a-sdk executor streaming", sdk_agent_bench),
+            ("paused", "paused", "Paused tasks, live and parked", bench_paused),
         )
         try:
             for name, key, title, bench in sections:

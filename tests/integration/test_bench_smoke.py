@@ -49,10 +49,16 @@ def test_bench_quick_produces_every_row(tmp_path):
         "1",
         "--burst-idle-seconds",
         "0.3",
+        "--paused-counts",
+        "100",
+        "--paused-resume",
+        "20",
+        "--paused-idle",
+        "0.3",
         "--json",
         str(out),
     ]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=110)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=140)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
 
@@ -108,8 +114,16 @@ def test_bench_quick_produces_every_row(tmp_path):
                 assert number(row[phase][probe]["p99_ms"]), (key, phase, probe)
     assert burst["burst_limits_off"]["flood_refused_pct"] == 0
 
+    paused = {r["mode"]: r for r in doc["paused"]}
+    assert set(paused) == {"live", "parked"}
+    for mode, row in paused.items():
+        assert row["tasks"] == 100 and row["resumed"] == 20, mode
+        for field in ("rss_mib", "paused_per_s", "resume_s", "resume_p50_ms"):
+            assert number(row[field]), (mode, field, row[field])
+
     for heading in (
         "SendMessage",
+        "Paused tasks",
         "Streaming",
         "ListTasks",
         "Stored file artifact download",
