@@ -24,6 +24,9 @@
 9. An a2a-sdk AgentExecutor (TaskUpdater, one artifact in N chunks) streaming behind our
    server (`--agent a2a_sdk:...`) and behind a2a-sdk 1.3.0's own gRPC server: events per
    second to one subscriber (sdk_agent_bench.py).
+10. Concurrency (concurrency_bench.py, `--only concurrency`): memory and CPU per open stream
+   at 60 and 600 events, ours against a2a-sdk 1.3.0 over gRPC and SSE, delivery lag at 2,000
+   streams, time to the first event with a silent and an immediate agent, the send rows.
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -62,6 +65,12 @@ from tests.bench.common import (
     send_request,
     serve_argv,  # noqa: E402
     summarize_rounds,
+)
+from tests.bench.concurrency_bench import add_arguments as add_conc_arguments  # noqa: E402
+from tests.bench.concurrency_bench import (  # noqa: E402
+    bench_concurrency,
+    concurrency_rows_bad,
+    report_concurrency,
 )
 from tests.bench.file_bench import add_arguments as add_file_arguments  # noqa: E402
 from tests.bench.file_bench import apply_defaults as file_defaults  # noqa: E402
@@ -743,6 +752,8 @@ def report(results: dict, args) -> str:
         out.append(report_burst(results["burst"]))
     if "scale" in results:
         out.append(report_scale(results["scale"]))
+    if "concurrency" in results:
+        out.append(report_concurrency(results["concurrency"], table))
     return "\n".join(out)
 
 
@@ -771,6 +782,8 @@ def numbers_ok(results: dict) -> list[str]:
     bad += push_rows_bad(results.get("push", []))
     bad += file_rows_bad(results.get("files", {}))
     bad += burst_rows_bad(results.get("burst", []))
+    if "concurrency" in results:
+        bad += concurrency_rows_bad(results["concurrency"])
     return bad
 
 
@@ -786,8 +799,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files,burst,scale,sdkagent",
-        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent",
+        default="send,stream,list,http,push,files,burst,scale,sdkagent,concurrency",
+        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent,"
+        " concurrency",
     )
     p.add_argument(
         "--duration",
@@ -864,6 +878,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--json", default=str(ROOT / "build" / "bench.json"), help="where to write the JSON results"
     )
     add_file_arguments(p)
+    add_conc_arguments(p)
     args = p.parse_args(argv)
     file_defaults(args)
     quick = args.quick
@@ -888,7 +903,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push", "files", "burst", "scale", "sdkagent"}
+    parts = {
+        "send",
+        "stream",
+        "list",
+        "http",
+        "push",
+        "files",
+        "burst",
+        "scale",
+        "sdkagent",
+        "concurrency",
+    }
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -921,12 +947,18 @@ async def amain(args) -> dict:
             ("burst", "burst", "Burst (limits off and on)", bench_burst),
             ("scale", "scale", "Scale-out", bench_scale),
             ("sdkagent", "sdk_agent", "a2a-sdk executor streaming", sdk_agent_bench),
+            ("concurrency", "concurrency", "Concurrency (open streams)", bench_concurrency),
         )
         try:
             for name, key, title, bench in sections:
                 if name in args.only:
                     print(f"{title} ...", file=sys.stderr)
                     results[key] = await bench(args, tmp)
+            conc = results.get("concurrency", {})
+            # its send rows (when the send and http parts did not run) print as theirs
+            for own, key in (("send", "send_message"), ("http", "http")):
+                if own in conc:
+                    results[key] = conc.pop(own)
         except BaseException:
             print_server_logs(tmp)
             raise
