@@ -59,7 +59,7 @@ class JsonRpcEndpoint:
         """A send whose part is too large for any media type, answered before its body is
         parsed (the error under the request's id)."""
         limits = self.options.part_limits
-        if limits is None:
+        if limits is None or limits.fits(raw):
             return None
         send, rid = json_rpc_send(raw)
         refused = json_oversized(raw, limits, enveloped=True) if send else None

@@ -45,6 +45,12 @@ class PartLimits:
     text: int
     inline: int
 
+    def fits(self, body: bytes) -> bool:
+        """Whether a request of `body`'s size cannot hold a part past either limit (no
+        part's content, as measured here, is longer than the whole request): the common
+        small send skips the scan."""
+        return len(body) <= min(self.text, self.inline)
+
     def refusal(self, index: int, kind: str, size: int, exact: bool = False) -> A2AError | None:
         """The refusal of part `index` whose `kind` content is `size` bytes (`exact`, or at
         least that many), as InputPolicy says it; None when it may fit."""
@@ -105,6 +111,8 @@ _PART_KINDS = {1: "text", 2: "raw", 4: "data"}  # a2a.proto Part fields
 def proto_oversized(data: bytes, limits: PartLimits) -> A2AError | None:
     """A `SendMessageRequest`'s first part too large for any media type (None: none, or
     bytes the decoder should judge)."""
+    if limits.fits(data):
+        return None
     try:
         message = [f for f in _fields(data, 0, len(data)) if f[0] == 2]  # .message
         if not message:
@@ -276,6 +284,8 @@ def json_oversized(body: bytes, limits: PartLimits, *, enveloped: bool = False) 
     """The first part of a send's ProtoJSON body (`enveloped`: a JSON-RPC request, the
     send under `params`) too large for any media type; None when there is none or the
     body is not the shape of a send (the decoder judges it)."""
+    if limits.fits(body):
+        return None
     try:
         pos = _ws(body, 0)
         if enveloped:

@@ -24,8 +24,9 @@
 9. An a2a-sdk AgentExecutor (TaskUpdater, one artifact in N chunks) streaming behind our
    server (`--agent a2a_sdk:...`) and behind a2a-sdk 1.3.0's own gRPC server: events per
    second to one subscriber (sdk_agent_bench.py).
-10. Paused tasks (an agent waiting in ctx.ask()): server memory per task live and parked
-   (paused_turn_idle_seconds), and the time to answer 1,000 of them (paused_bench.py).
+        default="send,stream,list,http,push,files,burst,scale,sdkagent,paused,concurrency",
+        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent,"
+        " paused, concurrency",
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -64,6 +65,12 @@ from tests.bench.common import (
     send_request,
     serve_argv,  # noqa: E402
     summarize_rounds,
+)
+from tests.bench.concurrency_bench import add_arguments as add_conc_arguments  # noqa: E402
+from tests.bench.concurrency_bench import (  # noqa: E402
+    bench_concurrency,
+    concurrency_rows_bad,
+    report_concurrency,
 )
 from tests.bench.file_bench import add_arguments as add_file_arguments  # noqa: E402
 from tests.bench.file_bench import apply_defaults as file_defaults  # noqa: E402
@@ -750,6 +757,8 @@ def report(results: dict, args) -> str:
         out.append(report_scale(results["scale"]))
     if "paused" in results:
         out.append(report_paused(results["paused"], args))
+    if "concurrency" in results:
+        out.append(report_concurrency(results["concurrency"], table))
     return "\n".join(out)
 
 
@@ -779,6 +788,8 @@ def numbers_ok(results: dict) -> list[str]:
     bad += file_rows_bad(results.get("files", {}))
     bad += burst_rows_bad(results.get("burst", []))
     bad += paused_rows_bad(results.get("paused", []))
+    if "concurrency" in results:
+        bad += concurrency_rows_bad(results["concurrency"])
     return bad
 
 
@@ -794,8 +805,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files,burst,scale,sdkagent,paused",
-        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent, paused",
+        default="send,stream,list,http,push,files,burst,scale,sdkagent,paused,concurrency",
+        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent,"
+        " paused, concurrency",
     )
     p.add_argument(
         "--duration",
@@ -873,6 +885,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add_file_arguments(p)
     add_paused_arguments(p)
+    add_conc_arguments(p)
     args = p.parse_args(argv)
     file_defaults(args)
     paused_defaults(args)
@@ -909,6 +922,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "scale",
         "sdkagent",
         "paused",
+        "concurrency",
     }
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
@@ -943,12 +957,18 @@ async def amain(args) -> dict:
             ("scale", "scale", "Scale-out", bench_scale),
             ("sdkagent", "sdk_agent", "a2a-sdk executor streaming", sdk_agent_bench),
             ("paused", "paused", "Paused tasks, live and parked", bench_paused),
+            ("concurrency", "concurrency", "Concurrency (open streams)", bench_concurrency),
         )
         try:
             for name, key, title, bench in sections:
                 if name in args.only:
                     print(f"{title} ...", file=sys.stderr)
                     results[key] = await bench(args, tmp)
+            conc = results.get("concurrency", {})
+            # its send rows (when the send and http parts did not run) print as theirs
+            for own, key in (("send", "send_message"), ("http", "http")):
+                if own in conc:
+                    results[key] = conc.pop(own)
         except BaseException:
             print_server_logs(tmp)
             raise

@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -55,6 +57,8 @@ def test_bench_quick_produces_every_row(tmp_path):
         "20",
         "--paused-idle",
         "0.3",
+        "--only",
+        "send,stream,list,http,push,files,burst,scale,sdkagent,paused",  # concurrency: below
         "--json",
         str(out),
     ]
@@ -129,4 +133,66 @@ def test_bench_quick_produces_every_row(tmp_path):
         "Stored file artifact download",
         "Burst",
     ):
+        assert heading in proc.stdout
+
+
+def number(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.timeout(300)  # some 25 servers start one after another
+def test_bench_concurrency_part_produces_every_row(tmp_path):
+    out = tmp_path / "bench.json"
+    argv = [
+        sys.executable,
+        str(ROOT / "tests" / "bench" / "run.py"),
+        "--quick",
+        "--only",
+        "concurrency",
+        "--duration",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--rounds",
+        "1",
+        "--concurrency",
+        "8",
+        "--conc-streams",
+        "6",
+        "--conc-events",
+        "3",
+        "--conc-seconds",
+        "0.5",
+        "--conc-lag-streams",
+        "0",
+        "--conc-first-samples",
+        "2",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    conc = doc["concurrency"]
+    assert {(r["key"], r["binding"]) for r in conc["streams_rows"]} == {
+        (key, binding) for key in ("ours", "sdk") for binding in ("grpc", "sse")
+    }
+    for row in conc["streams_rows"]:
+        assert row["errors"] == 0 and row["complete"] == row["streams"], row
+        assert number(row["cpu_ms_per_event"]) and number(row["rss_full_mib"]), row
+    assert {(r["key"], r["binding"], r["silent_s"]) for r in conc["first_event_rows"]} == {
+        (key, binding, silent)
+        for key in ("ours", "sdk")
+        for binding in ("grpc", "sse")
+        for silent in (0.0, 1.0)
+    }
+    for row in conc["first_event_rows"]:
+        assert number(row["first_event_p50_ms"]) and number(row["first_chunk_p50_ms"]), row
+
+    # its send rows, against the bare handlers
+    assert {r["key"] for r in doc["send_message"]} >= {"bare", "ours_sqlite"}
+    assert {r["key"] for r in doc["http"]} >= {"http_bare", "http_jsonrpc_sqlite"}
+    for row in doc["send_message"] + doc["http"]:
+        assert row["errors"] == 0 and number(row["vs_bare"]), row
+    for heading in ("Concurrency", "Time to first event", "SendMessage"):
         assert heading in proc.stdout
