@@ -189,6 +189,22 @@ async def test_scenario(server, scenario):
     await scenario(server.connect)
 
 
+async def test_the_card_lists_stdio_alone(server):
+    """gRPC and HTTP off: the card read over stdio names stdio as its only interface."""
+    client = await server.connect()
+    try:
+        card = result(await client.call("GetExtendedAgentCard", {}, ALICE))
+    finally:
+        await client.aclose()
+    assert card["supportedInterfaces"] == [
+        {
+            "url": "stdio:",
+            "protocolBinding": "urn:a2a-service:binding:stdio",
+            "protocolVersion": "1.0",
+        }
+    ]
+
+
 async def test_stdout_holds_answer_frames_only(server):
     """What the agent prints (print() and a raw write to descriptor 1) and the ready line
     go to stderr; at the end of stdin the process exits 0; stdout held frames only."""

@@ -112,8 +112,11 @@ async def test_drain_mid_stream_then_the_socket_is_gone(served):
 
 async def test_the_socket_file_mode_and_the_card(start_service, socket_dir):
     default = os.path.join(socket_dir, "default.sock")
-    await start_service(store="memory:", unix_socket=default, grpc_port=-1)
+    alone = await start_service(store="memory:", unix_socket=default, grpc_port=-1)
     assert stat.S_IMODE(os.stat(default).st_mode) == 0o600
+    assert alone.grpc_server is None  # grpc_port -1: no gRPC, and none in the card
+    bindings = [i.protocol_binding for i in alone.cards.public_card().supported_interfaces]
+    assert bindings == ["urn:a2a-service:binding:unix"]
     group = os.path.join(socket_dir, "group.sock")
     service = await start_service(
         store="memory:",
