@@ -24,6 +24,9 @@
 9. An a2a-sdk AgentExecutor (TaskUpdater, one artifact in N chunks) streaming behind our
    server (`--agent a2a_sdk:...`) and behind a2a-sdk 1.3.0's own gRPC server: events per
    second to one subscriber (sdk_agent_bench.py).
+10. SendMessage per transport against one server: the unix socket (N connections with one
+   request in flight each, and one connection with N in flight) against JSON-RPC over HTTP
+   (transports_bench.py, the unix client in unix_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -70,6 +73,11 @@ from tests.bench.http_bench import bench_http  # noqa: E402
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
 from tests.bench.scale_bench import bench_scale, report_scale  # noqa: E402
 from tests.bench.sdk_agent_bench import bench_sdk_agent  # noqa: E402
+from tests.bench.transports_bench import (  # noqa: E402
+    bench_transports,
+    report_transports,
+    transport_rows_bad,
+)
 
 PY = sys.executable
 CHUNK_AGENT = "tests.bench.agents:ChunkAgent"
@@ -743,6 +751,8 @@ def report(results: dict, args) -> str:
         out.append(report_burst(results["burst"]))
     if "scale" in results:
         out.append(report_scale(results["scale"]))
+    if "transports" in results:
+        out.append(report_transports(results["transports"], args, table))
     return "\n".join(out)
 
 
@@ -771,6 +781,7 @@ def numbers_ok(results: dict) -> list[str]:
     bad += push_rows_bad(results.get("push", []))
     bad += file_rows_bad(results.get("files", {}))
     bad += burst_rows_bad(results.get("burst", []))
+    bad += transport_rows_bad(results.get("transports", []))
     return bad
 
 
@@ -786,8 +797,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files,burst,scale,sdkagent",
-        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent",
+        default="send,stream,list,http,push,files,burst,scale,sdkagent,transports",
+        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent,"
+        " transports",
     )
     p.add_argument(
         "--duration",
@@ -888,7 +900,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--small-tasks must be positive and smaller than --large-tasks")
     args.stream_chunks = [int(x) for x in str(args.stream_chunks).split(",") if x]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
-    parts = {"send", "stream", "list", "http", "push", "files", "burst", "scale", "sdkagent"}
+    parts = {
+        "send", "stream", "list", "http", "push", "files", "burst", "scale", "sdkagent",
+        "transports",
+    }  # fmt: skip
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
     return args
@@ -921,6 +936,7 @@ async def amain(args) -> dict:
             ("burst", "burst", "Burst (limits off and on)", bench_burst),
             ("scale", "scale", "Scale-out", bench_scale),
             ("sdkagent", "sdk_agent", "a2a-sdk executor streaming", sdk_agent_bench),
+            ("transports", "transports", "SendMessage per transport", bench_transports),
         )
         try:
             for name, key, title, bench in sections:

@@ -108,11 +108,23 @@ def test_bench_quick_produces_every_row(tmp_path):
                 assert number(row[phase][probe]["p99_ms"]), (key, phase, probe)
     assert burst["burst_limits_off"]["flood_refused_pct"] == 0
 
+    transports = {r["key"]: r for r in doc["transports"]}
+    assert set(transports) == {
+        "transports_http_jsonrpc",
+        "transports_unix",
+        "transports_unix_shared",
+    }
+    for key, row in transports.items():
+        assert row["errors"] == 0, (key, row["first_error"])
+        for field in ("rps", "p50_ms", "p99_ms", "vs_http"):
+            assert number(row[field]), (key, field, row[field])
+
     for heading in (
         "SendMessage",
         "Streaming",
         "ListTasks",
         "Stored file artifact download",
         "Burst",
+        "SendMessage per transport",
     ):
         assert heading in proc.stdout
