@@ -205,7 +205,7 @@ class UnixSocketTransport:
             return Link(TRANSPORT, client=TRANSPORT)
         pid, uid = peer
         principal = self.peers.of(uid) if self.peers is not None else None
-        return Link(TRANSPORT, client=f"pid {pid} uid {uid}", principal=principal)
+        return Link(TRANSPORT, client=f"unix:uid={uid},pid={pid}", principal=principal)
 
     async def _refuse(self, connection: _Connection) -> None:
         err = OverloadedError(

@@ -226,7 +226,10 @@ async def test_any_peer_is_its_uid_and_unmapped_peers_need_credentials(
     lines = [r for r in caplog.records if r.name == "service.access"]
     fields = [getattr(r, "fields", {}) for r in lines]
     assert any(
-        f.get("principal") == f"uid:{os.getuid()}" and f.get("binding") == "unix" for f in fields
+        f.get("principal") == f"uid:{os.getuid()}"
+        and f.get("binding") == "unix"
+        and f.get("client_address") == f"unix:uid={os.getuid()},pid={os.getpid()}"
+        for f in fields
     ), fields
     # a mapping that names another user only: this one must send credentials
     other = os.path.join(socket_dir, "other.sock")
