@@ -32,6 +32,7 @@ from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
 from google.protobuf.json_format import ParseError
 
 from a2a_call.errors import CallError, Exit
+from a2a_call.safe import printable
 from a2a_cards.finder import KeyFinder
 from a2a_cards.jws import verify_card_json
 from a2a_cards.keys import ASYMMETRIC_ALGS, SigningError
@@ -179,11 +180,29 @@ def pick_interface(card: sdk.AgentCard, binding: str | None) -> sdk.AgentInterfa
     for interface in card.supported_interfaces:
         if interface.protocol_binding in wanted:
             return interface
-    offered = ", ".join(i.protocol_binding for i in card.supported_interfaces) or "none"
-    raise CallError(
-        Exit.PROTOCOL,
-        f"the card offers no interface for {' or '.join(wanted)} (it offers: {offered})",
-    )
+    raise CallError(Exit.PROTOCOL, no_interface(card, binding))
+
+
+def no_interface(card: sdk.AgentCard, binding: str | None) -> str:
+    """Why no interface was picked: what the card offers, and which of those bindings this
+    client does not speak (a custom one, e.g. `urn:a2a-service:binding:websocket`) against
+    the ones it does."""
+    offered = list(dict.fromkeys(printable(i.protocol_binding) for i in card.supported_interfaces))
+    unspoken = [b for b in offered if b not in SPOKEN]
+    if binding:
+        text = f"the card offers no interface for {binding} (it offers: {', '.join(offered) or 'none'})"
+    elif not offered:
+        return "the card offers no interface at all (supportedInterfaces is empty)"
+    else:
+        text = "the card offers no interface a2a-call speaks"
+    if unspoken:
+        verb = (
+            "which a2a-call does not speak"
+            if len(unspoken) == 1
+            else "none of which a2a-call speaks"
+        )
+        text += f"; the agent offers {', '.join(unspoken)}, {verb}; it speaks {', '.join(SPOKEN)}"
+    return text
 
 
 def is_loopback(host: str | None) -> bool:

@@ -31,6 +31,8 @@ Commands (the first word of the message):
   permit2 TARGET   as permit, twice in one turn (two decisions)
   later KEY        says nothing until the test sets GATES[KEY] (an asyncio.Event), then
                    answers with a direct Message `later KEY` (the first-event grace)
+  print TEXT       writes TEXT to the process's stdout (print, and a raw write to descriptor
+                   1, as a C library would), then echoes it (stdio keeps stdout its own)
   stored NAME BASE TEXT  a stored-file artifact as the files branch makes them: a url part
                    BASE/SHA256 named NAME with a2a_service.byteSize / sha256 of TEXT
                    (the test serves the bytes at BASE)
@@ -84,6 +86,10 @@ class ScriptedAgent:
             for i in range(int(rest or 3)):
                 await ctx.working(f"step {i}")
                 await asyncio.sleep(0.05)
+        elif word == "print":
+            print(rest, flush=True)
+            os.write(1, f"{rest}\n".encode())
+            await ctx.artifact(rest, name="echo")
         elif word == "hang":
             await ctx.working("hanging")
             await asyncio.Event().wait()

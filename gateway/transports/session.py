@@ -257,6 +257,8 @@ class Conversation:
         self.write = write
         self.max_in_flight = max_in_flight
         self.calls: set[asyncio.Task[None]] = set()
+        self.unstarted: set[asyncio.Task[None]] = set()  # no answer frame written yet
+        self._progress = asyncio.Event()
 
     def received(self, raw: bytes) -> None:
         """Start answering one request frame."""
@@ -265,13 +267,31 @@ class Conversation:
         else:
             task = asyncio.create_task(self._serve(raw))
         self.calls.add(task)
-        task.add_done_callback(self.calls.discard)
+        self.unstarted.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self.calls.discard(task)
+        self._started(task)
+
+    def _started(self, task: asyncio.Task[None] | None) -> None:
+        if task is not None and task in self.unstarted:
+            self.unstarted.discard(task)
+            self._progress.set()
+
+    async def started(self) -> None:
+        """Wait until every request received so far has its first answer frame written (a
+        unary call its answer, a stream its first event: past admission) or has ended."""
+        while self.unstarted:
+            self._progress.clear()
+            await self._progress.wait()
 
     async def _serve(self, raw: bytes) -> None:
         frames = self.rpc.answer(raw, self.link)
         try:
             async for frame in frames:
                 await self.write(frame)
+                self._started(asyncio.current_task())
         except (ConnectionError, asyncio.CancelledError):
             pass  # the peer is gone, or the connection closes: the record says cancelled
         except Exception as exc:  # a write that failed otherwise: logged with a ref, once

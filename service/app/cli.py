@@ -37,7 +37,11 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> list[argparse.Action]
         "--config", metavar="FILE", help="TOML file with settings (keys as below, with underscores)"
     )
     add("--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all interfaces)")
-    add("--grpc-port", type=int, help="gRPC port (default 50051; 0 picks a free port)")
+    add(
+        "--grpc-port",
+        type=int,
+        help="gRPC port (default 50051; 0 picks a free port; -1 turns gRPC off)",
+    )
     add(
         "--http-port",
         type=int,
@@ -96,7 +100,24 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> list[argparse.Action]
         help="enable push notification configs (default false)",
     )
     add("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    add(
+        "--transport",
+        dest="stdio",
+        type=_transport,
+        metavar="stdio",
+        help="`--transport stdio`: also serve JSON-RPC on stdin/stdout, one request per line"
+        " (answers on stdout, everything else on stderr; end of stdin stops the server)",
+    )
     return flags
+
+
+def _transport(value: str) -> str:
+    """`--transport stdio` sets the `stdio` key (the other transports have keys of their own)."""
+    if value != "stdio":
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: only stdio is chosen here (the others are settings: unix_socket, ...)"
+        )
+    return "true"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@ from service.engine.retention import RetentionSettings, validate_retention
 from service.engine.settings import ClusterSettings, validate_cluster
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
+from service.net.local import LocalTransportSettings, validate_local_transports
 from service.ops.logs import LogSettings, validate_logs
 from service.ops.readiness import ProbeSettings, validate_probes
 from service.permission.policy import PermissionSettings, validate_permissions
@@ -76,6 +77,7 @@ class Settings(
     InputSettings,
     SigningSettings,
     NetSettings,
+    LocalTransportSettings,
     UnknownFieldSettings,
     FileSettings,
     PermissionSettings,
@@ -89,7 +91,11 @@ class Settings(
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
     host: str = setting("127.0.0.1", "listen address (`0.0.0.0` for all interfaces)")
-    grpc_port: int = setting(50051, "gRPC port; `0` picks a free one", check=port("0-65535"))
+    grpc_port: int = setting(
+        50051,
+        "gRPC port; `0` picks a free one, `-1` turns gRPC off (health and reflection too)",
+        check=port("0-65535, or -1 to turn gRPC off", low=-1),
+    )
     http_port: int = setting(
         8080,
         "HTTP gateway port; `0` picks a free one, `-1` disables the gateway",
@@ -336,6 +342,18 @@ def validate_own(s: Settings) -> None:
             raise ConfigError(
                 "upstream: proxy mode serves only the HTTP gateway; set http_port (not -1)"
             )
+        if s.unix_socket_peer_principals:
+            raise ConfigError(
+                "unix_socket_peer_principals: in proxy mode the upstream authenticates every "
+                "call from its credentials, so a peer cannot be vouched for; send credentials"
+            )
+    if s.workers > 1:
+        for key, value in (("stdio", s.stdio), ("unix_socket", s.unix_socket)):
+            if value:
+                raise ConfigError(
+                    f"{key}: served by one process; it cannot be shared by --workers"
+                    f" {s.workers} (run one process, or use the shared TCP ports)"
+                )
 
 
 def validate(s: Settings) -> None:
@@ -346,6 +364,7 @@ def validate(s: Settings) -> None:
         signing.validate_signing,
         security.validate_security,
         validate_netlimits,
+        validate_local_transports,
         validate_files,
         validate_unknown_fields,
         validate_permissions,

@@ -6,12 +6,15 @@ stack closes (the parts are then closed in reverse start order, service/app/part
    NOT_SERVING for every service name, every probe answers 503; calls are still taken.
 2. Wait `drain_grace_seconds` (at most `drain_seconds`; only once the service served) so
    load balancers notice.
-3. Close the gate: new calls are refused with UNAVAILABLE / 503 + Retry-After.
-4. Wait while turns run or HTTP requests are in flight, until `drain_seconds` from step 1.
+3. Close the gate: new calls are refused with UNAVAILABLE / 503 + Retry-After; the
+   transports of our own with a listener (the unix socket) stop accepting connections.
+4. Wait while turns run or requests are in flight (HTTP, the transports of our own),
+   until `drain_seconds` from step 1.
 5. End open streams with an UNAVAILABLE error that says they can be resumed (the proxy's
    relayed streams too); stop the turns still running: their tasks settle FAILED and
    everything is committed.
-6. Write the last answers: the gRPC server stops and the HTTP server drains together.
+6. Write the last answers: the gRPC server stops, the HTTP server and the transports of
+   our own drain, together.
 
 What follows is the stack's reverse order: the listeners, the invoker, push delivery, the
 cluster, the bus, the file artifacts and the store, telemetry, the data-directory lock.
@@ -21,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import grpc
@@ -51,6 +54,16 @@ class Health(Protocol):
     async def enter_graceful_shutdown(self) -> None: ...
 
 
+class Transport(Protocol):
+    """A transport of our own (gateway/transports: stdio, the unix socket), as drained."""
+
+    def in_flight(self) -> int: ...
+
+    def stop_accepting(self) -> None: ...
+
+    async def finish(self, seconds: float) -> None: ...
+
+
 @dataclass
 class Draining:
     """What the drain touches; None where a part was never started (proxy mode, a failed
@@ -68,6 +81,7 @@ class Draining:
     grpc_server: grpc.aio.Server | None
     http: HttpServer | None
     phase: Callable[[str], None]  # names the step (a stop that overruns names it)
+    transports: Sequence[Transport] = field(default_factory=list)
 
 
 async def drain(d: Draining) -> None:
@@ -97,6 +111,8 @@ async def drain(d: Draining) -> None:
     if grace > 0 and d.served:
         await asyncio.sleep(grace)  # load balancers see the health change; calls still served
     d.gate.close()
+    for transport in d.transports:
+        transport.stop_accepting()
     while _busy(d) and loop.time() < deadline:  # noqa: ASYNC110 - no event covers both servers
         await asyncio.sleep(0.05)
     if isinstance(d.invoker, GatedInvoker):  # proxy mode: the relayed streams
@@ -117,11 +133,14 @@ async def drain(d: Draining) -> None:
         flushing.append(d.grpc_server.stop(RESPONSE_FLUSH_SECONDS))
     if d.http is not None:
         flushing.append(d.http.drain(RESPONSE_FLUSH_SECONDS))
+    flushing += [t.finish(RESPONSE_FLUSH_SECONDS) for t in d.transports]
     await asyncio.gather(*flushing)
 
 
 def _busy(d: Draining) -> bool:
-    """Work a drain waits for: running turns, and HTTP requests in flight."""
+    """Work a drain waits for: running turns, and requests in flight."""
     if d.engine is not None and d.engine.busy():
+        return True
+    if any(t.in_flight() for t in d.transports):
         return True
     return d.http is not None and d.http.in_flight() > 0

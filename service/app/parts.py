@@ -25,6 +25,8 @@ import grpc
 from gateway.health import probe_app
 from gateway.invoker import Invoker
 from gateway.server import HttpServer
+from gateway.transports.stdio import Pipes, StdioTransport
+from gateway.transports.unix import UnixSocketTransport
 from service.agent import Agent
 from service.app.config import ConfigError, Settings
 from service.app.drain import RESPONSE_FLUSH_SECONDS
@@ -363,6 +365,42 @@ async def housekeeping_running(housekeeping: Housekeeping) -> AsyncIterator[Hous
 
 
 # ---------------------------------------------------------------- both modes
+
+
+@asynccontextmanager
+async def stdio_claimed() -> AsyncIterator[Pipes]:
+    """stdin and stdout taken for the stdio transport, first of all (nothing else may write
+    to stdout from here on: descriptor 1 is stderr until the very end)."""
+    with setting("stdio"):
+        pipes = Pipes.claim()
+    try:
+        yield pipes
+    finally:
+        pipes.release()
+
+
+@asynccontextmanager
+async def stdio_serving(transport: StdioTransport) -> AsyncIterator[StdioTransport]:
+    """Requests read from stdin; at close (after the drain) what is unanswered is stopped."""
+    transport.start()
+    log.info("JSON-RPC on stdin/stdout (answers on stdout, the log on stderr)")
+    try:
+        yield transport
+    finally:
+        await transport.close()
+
+
+@asynccontextmanager
+async def unix_socket_serving(transport: UnixSocketTransport) -> AsyncIterator[UnixSocketTransport]:
+    """The socket file made and listening; at close its connections are closed and the
+    file removed."""
+    with setting("unix_socket"):
+        await transport.start()
+    log.info("JSON-RPC on unix socket %s (mode %04o)", transport.path, transport.mode)
+    try:
+        yield transport
+    finally:
+        await transport.close()
 
 
 @asynccontextmanager

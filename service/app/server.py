@@ -37,6 +37,8 @@ from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
 from gateway.telemetry import TelemetryMiddleware
 from gateway.transports.session import FramedJsonRpc, binding_uri
+from gateway.transports.stdio import Pipes, StdioTransport
+from gateway.transports.unix import PeerPrincipals, UnixSocketTransport
 from gateway.unknown_fields import REJECT
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
@@ -74,7 +76,8 @@ from service.grpc_v03 import SERVICE as V03_SERVICE
 from service.grpc_v03 import make_v03_servicer
 from service.inputs.policy import part_limits, policy_from_settings
 from service.inputs.workspace import StoreContextLookup
-from service.net.limits import CallLimit, raise_nofile_limit
+from service.net.limits import CallLimit, connection_cap, raise_nofile_limit
+from service.net.local import peer_principals, socket_mode
 from service.ops import logs
 from service.ops.readiness import Readiness, from_health
 from service.protocol.admission import Gate
@@ -161,6 +164,10 @@ class Service:
     purge_hooks: list[PurgeHook] = field(default_factory=list)
     housekeeping: Housekeeping = field(default_factory=Housekeeping)
     telemetry: Installed | None = None  # None: telemetry is off (service/telemetry)
+    stdio: StdioTransport | None = None  # `stdio`: JSON-RPC on stdin/stdout
+    unix: UnixSocketTransport | None = None  # `unix_socket`: JSON-RPC on a unix socket
+    # Set when the service's input is over (end of stdin): `serve` stops as on SIGTERM.
+    input_ended: asyncio.Event = field(default_factory=asyncio.Event)
     _parts: AsyncExitStack = field(default_factory=AsyncExitStack)  # what start() opened
     _started: bool = False  # start() completed: there may be callers to drain
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
@@ -187,6 +194,8 @@ class Service:
         """The start order; closing `stack` undoes it in reverse (after the drain)."""
         s = self.settings
         stack.callback(self._said_stopped)  # the very last line
+        # stdio: stdout is the answers' alone before anything else could write to it
+        pipes = await stack.enter_async_context(parts.stdio_claimed()) if s.stdio else None
         await stack.enter_async_context(parts.data_claimed(s, self.ownership))
         try:  # unusable credentials or TLS files: before any listener
             self.auth = authenticator_from(s)
@@ -231,6 +240,7 @@ class Service:
             http.place(stack)
             with setting("http_port"):
                 await self._start_gateway(http.part, telemetry)
+        await self._enter_transports(stack, pipes)
         if s.probe_port >= 0:
             probes = parts.probes_serving(s, lambda: self.serving, self.readiness)
             self.probes = await stack.enter_async_context(probes)
@@ -283,6 +293,36 @@ class Service:
                 await pushing.part.start()  # after recover: its events are pushed too
             stack.callback(self._phase, "stopping push delivery")
         self._check_readiness()
+        if s.grpc_port < 0:  # gRPC off: the API serves the other bindings alone
+            self.cards = self._cards(agent)
+            self.api = self._api(engine, self.cards, blobs)
+        else:
+            await self._enter_grpc(stack, agent, engine, blobs)
+        self._housekeeping_jobs(agent, blobs)
+        await stack.enter_async_context(parts.housekeeping_running(self.housekeeping))
+        if is_shared(s.store_url) and not s.file_artifact_dir:  # said once all else is up
+            log.warning(
+                "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
+                "host only, and a replica on another host answers 404 for them. Set "
+                "file_artifact_dir to a directory every replica mounts (docs/scale-out.md).",
+                blobs.root,
+            )
+        if self.grpc_server is not None:
+            log.info(
+                "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
+                s.host,
+                self.grpc_port,
+                _safe_store(s.store_url),
+                s.agent,
+                _security_note(self.auth, self.tls),
+            )
+
+    async def _enter_grpc(
+        self, stack: AsyncExitStack, agent: Agent, engine: Engine, blobs: LocalBlobStore
+    ) -> None:
+        """The gRPC server: the port bound (before the card names it), the A2A services of
+        both versions, health and reflection."""
+        s = self.settings
         server, self.grpc_port = parts.grpc_bound(s, self.tls)
         self.cards = self._cards(agent)
         self.api = self._api(engine, self.cards, blobs)
@@ -303,23 +343,35 @@ class Service:
         )
         self.grpc_server = await stack.enter_async_context(parts.grpc_serving(server))
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)  # until all is up
-        self._housekeeping_jobs(agent, blobs)
-        await stack.enter_async_context(parts.housekeeping_running(self.housekeeping))
-        if is_shared(s.store_url) and not s.file_artifact_dir:  # said once all else is up
-            log.warning(
-                "file_artifact_dir is not set: stored file artifacts are kept in %s on this "
-                "host only, and a replica on another host answers 404 for them. Set "
-                "file_artifact_dir to a directory every replica mounts (docs/scale-out.md).",
-                blobs.root,
+
+    async def _enter_transports(self, stack: AsyncExitStack, pipes: Pipes | None) -> None:
+        """The JSON-RPC transports of our own that are configured (gateway/transports)."""
+        s = self.settings
+        if pipes is None and not s.unix_socket:
+            return
+        framed = self._framed()
+        if pipes is not None:
+            stdio = StdioTransport(
+                framed,
+                pipes,
+                max_in_flight=s.stdio_max_in_flight,
+                on_end=self.input_ended.set,
+                end_seconds=s.drain_seconds,
             )
-        log.info(
-            "gRPC A2A service listening on %s:%d (store %s, agent %s%s)",
-            s.host,
-            self.grpc_port,
-            _safe_store(s.store_url),
-            s.agent,
-            _security_note(self.auth, self.tls),
-        )
+            self.stdio = await stack.enter_async_context(parts.stdio_serving(stdio))
+        if s.unix_socket:
+            named, any_peer = peer_principals(s.unix_socket_peer_principals)
+            mode = socket_mode(s.unix_socket_mode)
+            assert mode is not None  # checked with the settings
+            unix = UnixSocketTransport(
+                framed,
+                s.unix_socket,
+                mode=mode,
+                peers=PeerPrincipals(named, any_peer) if named or any_peer else None,
+                max_in_flight=s.unix_socket_max_in_flight,
+                max_connections=connection_cap(s),
+            )
+            self.unix = await stack.enter_async_context(parts.unix_socket_serving(unix))
 
     def _api(self, engine: Engine, cards: Cards, blobs: LocalBlobStore) -> A2AApi:
         s = self.settings
@@ -512,7 +564,7 @@ class Service:
         if s.upstream:
             if s.grpc_public_address:
                 places.append((s.grpc_public_address, "GRPC"))
-        else:
+        elif s.grpc_port >= 0:
             places.append(
                 (s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}", "GRPC")
             )
@@ -523,8 +575,16 @@ class Service:
 
     def _transport_interfaces(self) -> list[pb.AgentInterface]:
         """The JSON-RPC transports of our own that are on (gateway/transports), each under
-        its binding URI (`binding_uri`), after the standard bindings."""
+        its binding URI (`binding_uri`), after the standard bindings. stdio's URL is
+        `stdio:` (its card is read over stdio with GetExtendedAgentCard, or elsewhere
+        as a note that the agent runs as a subprocess too); the unix socket's is `unix:`
+        and the socket's absolute path."""
+        s = self.settings
         places: list[tuple[str, str]] = []
+        if s.stdio:
+            places.append(("stdio:", "stdio"))
+        if s.unix_socket:
+            places.append(("unix:" + os.path.abspath(s.unix_socket), "unix"))
         return [interface(url, binding_uri(name)) for url, name in places]
 
     def _framed(self) -> FramedJsonRpc:
@@ -602,6 +662,7 @@ class Service:
             grpc_server=self.grpc_server,
             http=self.http,
             phase=self._phase,
+            transports=[t for t in (self.stdio, self.unix) if t is not None],
         )
         self._parts.push_async_callback(drain, draining)  # pushed last: it runs first
         await self._parts.aclose()
@@ -650,27 +711,46 @@ def _url_host(host: str) -> str:
 _safe_store = redact_url  # the store (or bus) URL without credentials, for logs
 
 
+def ready_line(service: Service) -> tuple[str, dict[str, Any]]:
+    """`A2A service ready: grpc=PORT http=PORT unix stdio` (each part only when it serves;
+    `grpc=off` with gRPC turned off) and its fields for a JSON record."""
+    fields: dict[str, Any] = {}
+    words = ["grpc=off"]
+    if service.settings.grpc_port >= 0:  # proxy mode says grpc=0, as it always did
+        words = [f"grpc={service.grpc_port}"]
+        fields["grpc_port"] = service.grpc_port
+    if service.http is not None:
+        words.append(f"http={service.http_port}")
+        fields["http_port"] = service.http_port
+    if service.unix is not None:
+        words.append("unix")
+        fields["unix_socket"] = True
+    if service.stdio is not None:
+        words.append("stdio")
+        fields["stdio"] = True
+    return f"{READY} {' '.join(words)}", fields
+
+
 async def serve(settings: Settings) -> None:
-    """Run until SIGINT/SIGTERM, then drain. StartupError/ConfigError: nothing is left running."""
+    """Run until SIGINT/SIGTERM (or the end of stdin with `stdio`), then drain.
+    StartupError/ConfigError: nothing is left running."""
     import signal
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    service = Service(settings)
+    service = Service(settings, input_ended=stop)  # stdio's end of input stops it too
     await service.start()
     # What startup made (modules, descriptors, the agent) lives as long as the process: out
     # of the collector's sight, full collections scan only what requests leave behind.
     # Telemetry's spans wait up to a second for export and so reach the oldest generation;
     # full collections of the whole heap then cost ~0.2 ms per request at ~500 req/s.
     gc.freeze()
-    http = f" http={service.http_port}" if service.http is not None else ""
-    ports = {"grpc_port": service.grpc_port}
-    if service.http is not None:
-        ports["http_port"] = service.http_port
-    # On stdout, where supervisors and tests wait for it; a JSON record when the log is JSON.
-    logs.announce(f"{READY} grpc={service.grpc_port}{http}", ports)
+    # On stdout, where supervisors and tests wait for it (stderr with stdio: stdout is the
+    # answers'); a JSON record when the log is JSON.
+    ready, fields = ready_line(service)
+    logs.announce(ready, fields, sys.stderr if settings.stdio else None)
     await stop.wait()
     limit = settings.drain_seconds + STOP_OVERRUN_SECONDS
     # Not cancelled when it overruns: a cancelled stack would go on closing the other parts

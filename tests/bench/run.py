@@ -24,9 +24,14 @@
 9. An a2a-sdk AgentExecutor (TaskUpdater, one artifact in N chunks) streaming behind our
    server (`--agent a2a_sdk:...`) and behind a2a-sdk 1.3.0's own gRPC server: events per
    second to one subscriber (sdk_agent_bench.py).
-        default="send,stream,list,http,push,files,burst,scale,sdkagent,paused,concurrency",
-        help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent,"
-        " paused, concurrency",
+10. Paused tasks (an agent waiting in ctx.ask()): server memory per task live and parked
+   (paused_turn_idle_seconds), and the time to answer 1,000 of them (paused_bench.py).
+11. Concurrency (concurrency_bench.py, `--only concurrency`): memory and CPU per open stream
+   at 60 and 600 events, ours against a2a-sdk 1.3.0 over gRPC and SSE, delivery lag at 2,000
+   streams, time to the first event with a silent and an immediate agent, the send rows.
+12. SendMessage per transport against one server: the unix socket (N connections with one
+   request in flight each, and one connection with N in flight) and WebSocket against
+   JSON-RPC over HTTP (transports_bench.py, the clients in unix_bench.py and ws_bench.py).
 
 Prints a table and writes JSON (default build/bench.json). Ratios matter more than
 absolute numbers: the client shares the machine with the server.
@@ -82,6 +87,11 @@ from tests.bench.paused_bench import bench_paused, paused_rows_bad, report_pause
 from tests.bench.push_bench import bench_push, push_rows_bad, report_push  # noqa: E402
 from tests.bench.scale_bench import bench_scale, report_scale  # noqa: E402
 from tests.bench.sdk_agent_bench import bench_sdk_agent  # noqa: E402
+from tests.bench.transports_bench import (  # noqa: E402
+    bench_transports,
+    report_transports,
+    transport_rows_bad,
+)
 
 PY = sys.executable
 CHUNK_AGENT = "tests.bench.agents:ChunkAgent"
@@ -759,6 +769,8 @@ def report(results: dict, args) -> str:
         out.append(report_paused(results["paused"], args))
     if "concurrency" in results:
         out.append(report_concurrency(results["concurrency"], table))
+    if "transports" in results:
+        out.append(report_transports(results["transports"], args, table))
     return "\n".join(out)
 
 
@@ -790,6 +802,7 @@ def numbers_ok(results: dict) -> list[str]:
     bad += paused_rows_bad(results.get("paused", []))
     if "concurrency" in results:
         bad += concurrency_rows_bad(results["concurrency"])
+    bad += transport_rows_bad(results.get("transports", []))
     return bad
 
 
@@ -805,9 +818,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        default="send,stream,list,http,push,files,burst,scale,sdkagent,paused,concurrency",
+        default="send,stream,list,http,push,files,burst,scale,sdkagent,paused,concurrency,transports",
         help="comma list of: send, stream, list, http, push, files, burst, scale, sdkagent,"
-        " paused, concurrency",
+        " paused, concurrency, transports",
     )
     p.add_argument(
         "--duration",
@@ -923,6 +936,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "sdkagent",
         "paused",
         "concurrency",
+        "transports",
     }
     if not args.only <= parts:
         p.error(f"--only: unknown part(s) {sorted(args.only - parts)}")
@@ -958,6 +972,7 @@ async def amain(args) -> dict:
             ("sdkagent", "sdk_agent", "a2a-sdk executor streaming", sdk_agent_bench),
             ("paused", "paused", "Paused tasks, live and parked", bench_paused),
             ("concurrency", "concurrency", "Concurrency (open streams)", bench_concurrency),
+            ("transports", "transports", "SendMessage per transport", bench_transports),
         )
         try:
             for name, key, title, bench in sections:

@@ -13,6 +13,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timeout(180)  # every part's servers start, on a machine that may be busy
 def test_bench_quick_produces_every_row(tmp_path):
     out = tmp_path / "bench.json"
     argv = [
@@ -58,11 +59,11 @@ def test_bench_quick_produces_every_row(tmp_path):
         "--paused-idle",
         "0.3",
         "--only",
-        "send,stream,list,http,push,files,burst,scale,sdkagent,paused",  # concurrency: below
+        "send,stream,list,http,push,files,burst,scale,sdkagent,paused,transports",  # concurrency: below
         "--json",
         str(out),
     ]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=140)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
 
@@ -124,6 +125,16 @@ def test_bench_quick_produces_every_row(tmp_path):
         assert row["tasks"] == 100 and row["resumed"] == 20, mode
         for field in ("rss_mib", "paused_per_s", "resume_s", "resume_p50_ms"):
             assert number(row[field]), (mode, field, row[field])
+    transports = {r["key"]: r for r in doc["transports"]}
+    assert set(transports) == {
+        "transports_http_jsonrpc",
+        "transports_unix",
+        "transports_unix_shared",
+    }
+    for key, row in transports.items():
+        assert row["errors"] == 0, (key, row["first_error"])
+        for field in ("rps", "p50_ms", "p99_ms", "vs_http"):
+            assert number(row[field]), (key, field, row[field])
 
     for heading in (
         "SendMessage",
@@ -132,6 +143,7 @@ def test_bench_quick_produces_every_row(tmp_path):
         "ListTasks",
         "Stored file artifact download",
         "Burst",
+        "SendMessage per transport",
     ):
         assert heading in proc.stdout
 

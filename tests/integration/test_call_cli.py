@@ -229,6 +229,16 @@ def test_the_first_interface_it_speaks_is_picked(ours, site):
     result = cli("--binding", "jsonrpc", site.origin + "/agent.json", "echo")
     assert result.returncode == 8
     assert "offers no interface for JSONRPC" in result.stderr
+    card["supportedInterfaces"] = [
+        {"url": "ws://127.0.0.1:1/a2a/ws", "protocolBinding": "urn:a2a-service:binding:websocket"}
+    ]
+    site.routes["/agent.json"] = (200, json.dumps(card).encode())
+    result = cli(site.origin + "/agent.json", "echo")
+    assert result.returncode == 8
+    assert (
+        "the agent offers urn:a2a-service:binding:websocket, which a2a-call does not speak; "
+        "it speaks JSONRPC, HTTP+JSON, GRPC"
+    ) in result.stderr
 
 
 def test_headers_version_and_credentials_go_to_the_interface_not_the_card(site):

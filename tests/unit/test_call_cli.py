@@ -86,6 +86,31 @@ def test_the_first_interface_it_speaks():
         pick_interface(card, "HTTP+JSON")
 
 
+def test_a_card_of_bindings_it_cannot_speak_is_named():
+    card = sdk.AgentCard()
+    card.supported_interfaces.add(
+        url="unix:/run/a.sock", protocol_binding="urn:a2a-service:binding:unix"
+    )
+    card.supported_interfaces.add(url="stdio:", protocol_binding="urn:a2a-service:binding:stdio")
+    with pytest.raises(CallError) as info:
+        pick_interface(card, None)
+    assert info.value.code == Exit.PROTOCOL
+    assert info.value.message == (
+        "the card offers no interface a2a-call speaks; the agent offers "
+        "urn:a2a-service:binding:unix, urn:a2a-service:binding:stdio, none of which a2a-call "
+        "speaks; it speaks JSONRPC, HTTP+JSON, GRPC"
+    )
+    card.supported_interfaces.add(url="h:1", protocol_binding="GRPC")
+    with pytest.raises(CallError) as info:
+        pick_interface(card, "JSONRPC")
+    assert info.value.message.startswith("the card offers no interface for JSONRPC (it offers: ")
+    assert "urn:a2a-service:binding:unix, urn:a2a-service:binding:stdio, none of which" in (
+        info.value.message
+    )
+    assert pick_interface(card, None).url == "h:1"
+    assert "at all" in pytest.raises(CallError, pick_interface, sdk.AgentCard(), None).value.message
+
+
 def _status_event(metadata: dict) -> sdk.StreamResponse:
     event = sdk.StreamResponse()
     event.status_update.status.state = sdk.TASK_STATE_INPUT_REQUIRED
