@@ -59,7 +59,7 @@ test-faults: setup  ## the long fault-injection run: kill -9, PostgreSQL and Red
 # no registry deps), so lint an image compiled by grpcio-tools; see buf.yaml.
 lint: setup tools  ## buf lint the proto, ruff check the Python
 	$(PY) proto/codegen.py image build/a2a.binpb
-	$(BUF) lint build/a2a.binpb --path a2a.proto
+	$(BUF) lint build/a2a.binpb --path a2a.proto --path jsonrpc_envelope.proto
 	$(PY) -m ruff check service gateway a2a_call a2a_cards tests
 
 gen: setup  ## regenerate the gRPC code under gen/ from proto/

@@ -1,1 +1,1 @@
-"""Generated from proto/a2a.proto and proto/a2a_v0_3.proto by `make gen`. Do not edit."""
+"""Generated from proto/a2a.proto, proto/a2a_v0_3.proto and proto/jsonrpc_envelope.proto by `make gen`. Do not edit."""

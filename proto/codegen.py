@@ -1,4 +1,5 @@
-"""`make gen`: compile proto/a2a.proto (1.0) and proto/a2a_v0_3.proto (v0.3) into gen/.
+"""`make gen`: compile proto/a2a.proto (1.0), proto/a2a_v0_3.proto (v0.3) and our own
+proto/jsonrpc_envelope.proto (the gRPC JSON-RPC envelope transport) into gen/.
 
 Two steps instead of one plain protoc call, so that the embedded descriptor is
 byte-identical to the one a2a-sdk ships and both can live in one process (the
@@ -34,7 +35,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 PROTO_FILE = "a2a.proto"
 V03_PROTO_FILE = "a2a_v0_3.proto"
-PROTO_FILES = (PROTO_FILE, V03_PROTO_FILE)
+ENVELOPE_PROTO_FILE = "jsonrpc_envelope.proto"  # a service of our own package
+PROTO_FILES = (PROTO_FILE, V03_PROTO_FILE, ENVELOPE_PROTO_FILE)
 
 
 def _include_dirs() -> list[str]:
@@ -98,7 +100,8 @@ def generate(out_dir: pathlib.Path) -> None:
         text = grpc_module.read_text()
         grpc_module.write_text(text.replace(f"import {module} as", f"from gen import {module} as"))
     (out_dir / "__init__.py").write_text(
-        '"""Generated from proto/a2a.proto and proto/a2a_v0_3.proto by `make gen`. Do not edit."""\n'
+        '"""Generated from proto/a2a.proto, proto/a2a_v0_3.proto and proto/jsonrpc_envelope.proto '
+        'by `make gen`. Do not edit."""\n'
     )
 
 

@@ -246,6 +246,13 @@ def test_buf_lint_passes(buf, image):
     assert result.returncode == 0, f"buf lint failed:\n{result.stdout}{result.stderr}"
 
 
+def test_buf_lint_passes_for_the_envelope_proto(buf, image):
+    """Our own proto/jsonrpc_envelope.proto (the gRPC JSON-RPC envelope) is lint-clean too;
+    its one exception (the service name without "Service") is a comment in the file."""
+    result = _run([buf, "lint", image, "--path", codegen.ENVELOPE_PROTO_FILE])
+    assert result.returncode == 0, f"buf lint failed:\n{result.stdout}{result.stderr}"
+
+
 def test_buf_lint_requires_comments(buf, image, tmp_path):
     """Control: buf.yaml's COMMENTS rules are live, so the pass above means something."""
     fds = descriptor_pb2.FileDescriptorSet.FromString(image.read_bytes())
