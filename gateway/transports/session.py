@@ -83,13 +83,14 @@ class Frame:
 
     payload: bytes
     final: bool
+    event_id: int | None = None  # a stream event's sequence number (also in the payload)
 
 
 def _frame(document: dict[str, Any], final: bool, event_id: int | None = None) -> Frame:
     document["final"] = final
     if event_id:
         document["eventId"] = str(event_id)
-    return Frame(dumps(document), final)
+    return Frame(dumps(document), final, event_id or None)
 
 
 def error_frame(err: A2AError, rid: Any = None) -> Frame:
@@ -138,9 +139,13 @@ class FramedJsonRpc:
         """The answer to a frame over `max_frame_bytes` (its transport stops reading it)."""
         return error_frame(PayloadTooLargeError(self.too_large_message()), rid)
 
-    async def answer(self, raw: bytes, link: Link) -> AsyncGenerator[Frame, None]:
+    async def answer(
+        self, raw: bytes, link: Link, *, unary: bool = False
+    ) -> AsyncGenerator[Frame, None]:
         """The frames answering the request frame `raw`. The call's record closes after the
-        last frame is taken (or, if the transport stops taking them, as cancelled)."""
+        last frame is taken (or, if the transport stops taking them, as cancelled).
+        `unary`: the transport's call carries one answer frame only (the gRPC envelope's
+        Send), so a streaming method is refused (-32600) before it starts."""
         pipeline = self.pipeline
         call = pipeline.open(link.transport)
         call.client = link.client
@@ -163,6 +168,8 @@ class FramedJsonRpc:
                 rid = request_id(doc)
                 parameters = _parameters(link, doc)
                 principal = await self._principal(call, link, parameters)
+                if unary:
+                    self._refuse_stream(doc)
             except CallerUnknown as exc:
                 call.failed(exc)
                 yield _frame(jsonrpc_error_body(UnauthenticatedError(exc.message), rid), True)
@@ -211,6 +218,16 @@ class FramedJsonRpc:
             if not finished:
                 call.cancelled()
             pipeline.close(call)
+
+    def _refuse_stream(self, doc: Any) -> None:
+        """On a one-answer call, a method whose descriptor streams is refused."""
+        name = doc.get("method") if isinstance(doc, dict) else None
+        entry = self.dispatcher.methods.get(name) if isinstance(name, str) else None
+        if entry is not None and entry[0].server_streaming:
+            raise InvalidRequestError(
+                f"{name} streams its answer, which this call cannot carry; send it with the "
+                "streaming call (gRPC envelope: JsonRpc.Stream)."
+            )
 
     def too_large_message(self) -> str:
         return (

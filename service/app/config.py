@@ -96,6 +96,12 @@ class Settings(
         "gRPC port; `0` picks a free one, `-1` turns gRPC off (health and reflection too)",
         check=port("0-65535, or -1 to turn gRPC off", low=-1),
     )
+    grpc_jsonrpc: bool = setting(
+        False,
+        "also serve JSON-RPC inside gRPC on the gRPC listener: the service "
+        "`a2a_service.jsonrpc.v1.JsonRpc` (`Send`, `Stream`), listed by reflection and "
+        "health ([Other transports](transports.md))",
+    )
     http_port: int = setting(
         8080,
         "HTTP gateway port; `0` picks a free one, `-1` disables the gateway",
@@ -342,11 +348,20 @@ def validate_own(s: Settings) -> None:
             raise ConfigError(
                 "upstream: proxy mode serves only the HTTP gateway; set http_port (not -1)"
             )
+        if s.grpc_jsonrpc:
+            raise ConfigError(
+                "grpc_jsonrpc: proxy mode serves no gRPC listener to carry it; serve it on "
+                "the upstream, or use the HTTP gateway's JSON-RPC"
+            )
         if s.unix_socket_peer_principals:
             raise ConfigError(
                 "unix_socket_peer_principals: in proxy mode the upstream authenticates every "
                 "call from its credentials, so a peer cannot be vouched for; send credentials"
             )
+    if s.grpc_jsonrpc and s.grpc_port < 0:
+        raise ConfigError(
+            "grpc_jsonrpc: served on the gRPC listener, which grpc_port = -1 turns off"
+        )
     if s.workers > 1:
         for key, value in (("stdio", s.stdio), ("unix_socket", s.unix_socket)):
             if value:

@@ -36,6 +36,8 @@ from gateway.hsts import HstsMiddleware
 from gateway.invoker import GatedInvoker, GrpcInvoker, InProcessInvoker, Invoker
 from gateway.server import HttpServer
 from gateway.telemetry import TelemetryMiddleware
+from gateway.transports import grpc_envelope
+from gateway.transports.grpc_envelope import JsonRpcEnvelopeServicer
 from gateway.transports.session import FramedJsonRpc, binding_uri
 from gateway.transports.stdio import Pipes, StdioTransport
 from gateway.transports.unix import PeerPrincipals, UnixSocketTransport
@@ -166,6 +168,8 @@ class Service:
     telemetry: Installed | None = None  # None: telemetry is off (service/telemetry)
     stdio: StdioTransport | None = None  # `stdio`: JSON-RPC on stdin/stdout
     unix: UnixSocketTransport | None = None  # `unix_socket`: JSON-RPC on a unix socket
+    envelope: JsonRpcEnvelopeServicer | None = None  # `grpc_jsonrpc`: JSON-RPC inside gRPC
+    framed: FramedJsonRpc | None = None  # the one JSON-RPC of the transports of our own
     # Set when the service's input is over (end of stdin): `serve` stops as on SIGTERM.
     input_ended: asyncio.Event = field(default_factory=asyncio.Event)
     _parts: AsyncExitStack = field(default_factory=AsyncExitStack)  # what start() opened
@@ -332,12 +336,17 @@ class Service:
         add_servicer(
             make_v03_servicer(self.api, self.pipeline, calls), server, V03_SERVICE, pipelined=True
         )
+        if s.grpc_jsonrpc:  # JSON-RPC inside gRPC, over the API in process
+            self.envelope = JsonRpcEnvelopeServicer(
+                self._framed(InProcessInvoker(self.api, SERVICE))
+            )
+            add_servicer(self.envelope, server, grpc_envelope.SERVICE, pipelined=False)
         self.health = HealthServicer()
         add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
         _enable_reflection(
             server,
             (
-                *A2A_SERVICE_NAMES,
+                *self._grpc_service_names(),
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             ),
         )
@@ -349,7 +358,8 @@ class Service:
         s = self.settings
         if pipes is None and not s.unix_socket:
             return
-        framed = self._framed()
+        assert self.invoker is not None
+        framed = self._framed(self.invoker)
         if pipes is not None:
             stdio = StdioTransport(
                 framed,
@@ -585,20 +595,33 @@ class Service:
             places.append(("stdio:", "stdio"))
         if s.unix_socket:
             places.append(("unix:" + os.path.abspath(s.unix_socket), "unix"))
+        if s.grpc_jsonrpc and not s.upstream and s.grpc_port >= 0:
+            grpc_url = s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}"
+            places.append((grpc_url, grpc_envelope.TRANSPORT))
         return [interface(url, binding_uri(name)) for url, name in places]
 
-    def _framed(self) -> FramedJsonRpc:
-        """JSON-RPC for the transports of our own, over the invoker and the call pipeline."""
+    def _framed(self, invoker: Invoker) -> FramedJsonRpc:
+        """JSON-RPC for the transports of our own, over the invoker and the call pipeline:
+        built once (by the first transport that needs it), shared by them all."""
         s = self.settings
-        assert self.invoker is not None and self.pipeline is not None
-        return FramedJsonRpc(
-            self.invoker,
+        assert self.pipeline is not None
+        if self.framed is not None:
+            return self.framed
+        self.framed = FramedJsonRpc(
+            invoker,
             SERVICE,
             self.pipeline,
             max_frame_bytes=s.max_request_bytes,
             part_limits=part_limits(s),
             reject_unknown_fields=s.json_unknown_fields == REJECT,
         )
+        return self.framed
+
+    def _grpc_service_names(self) -> tuple[str, ...]:
+        """The services of ours on the gRPC server (reflection lists them, health names them)."""
+        if self.envelope is None:
+            return A2A_SERVICE_NAMES
+        return (*A2A_SERVICE_NAMES, grpc_envelope.SERVICE_NAME)
 
     def _cards(self, agent: Agent) -> Cards:
         """The card builder; with card signing configured, its cards come out signed."""
@@ -636,10 +659,10 @@ class Service:
         )
 
     async def _set_health(self, status: int) -> None:
-        """The whole server ("") and the A2A service; the health service itself always
+        """The whole server ("") and our services on it; the health service itself always
         answers, so a checker tells "not ready" from "not there"."""
         assert self.health is not None
-        for name in ("", *A2A_SERVICE_NAMES):
+        for name in ("", *self._grpc_service_names()):
             await self.health.set(name, status)
 
     async def stop(self) -> None:
@@ -662,7 +685,7 @@ class Service:
             grpc_server=self.grpc_server,
             http=self.http,
             phase=self._phase,
-            transports=[t for t in (self.stdio, self.unix) if t is not None],
+            transports=[t for t in (self.stdio, self.unix, self.envelope) if t is not None],
         )
         self._parts.push_async_callback(drain, draining)  # pushed last: it runs first
         await self._parts.aclose()
