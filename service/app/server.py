@@ -735,7 +735,7 @@ _safe_store = redact_url  # the store (or bus) URL without credentials, for logs
 
 
 def ready_line(service: Service) -> tuple[str, dict[str, Any]]:
-    """`A2A service ready: grpc=PORT http=PORT unix stdio` (each part only when it serves;
+    """`A2A service ready: grpc=PORT http=PORT grpc-jsonrpc unix stdio` (each part only when it serves;
     `grpc=off` with gRPC turned off) and its fields for a JSON record."""
     fields: dict[str, Any] = {}
     words = ["grpc=off"]
@@ -745,6 +745,9 @@ def ready_line(service: Service) -> tuple[str, dict[str, Any]]:
     if service.http is not None:
         words.append(f"http={service.http_port}")
         fields["http_port"] = service.http_port
+    if service.envelope is not None:
+        words.append("grpc-jsonrpc")
+        fields["grpc_jsonrpc"] = True
     if service.unix is not None:
         words.append("unix")
         fields["unix_socket"] = True
