@@ -162,13 +162,22 @@ async def test_send_refuses_a_streaming_method_and_stream_answers_a_unary_one(ch
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
-async def test_service_parameters_from_metadata_and_the_request_wins(channel):
+async def test_service_parameters_from_metadata_and_the_request_wins(channel, caplog):
     stub = envelope_grpc.JsonRpcStub(channel)
     alice = (("authorization", f"Bearer {TOKENS['alice']}"), ("a2a-version", "1.0"))
-    made = await stub.Send(
-        envelope_pb2.Envelope(payload=request("SendMessage", message("input more"), None)),
-        metadata=alice,
-    )
+    with caplog.at_level("INFO", logger="service.access"):
+        made = await stub.Send(
+            envelope_pb2.Envelope(payload=request("SendMessage", message("input more"), None)),
+            metadata=alice,
+        )
+    fields = [getattr(r, "fields", {}) for r in caplog.records if r.name == "service.access"]
+    assert any(
+        f.get("binding") == "grpc-jsonrpc"
+        and f.get("method") == "SendMessage"
+        and f.get("principal") == "bearer:alice"
+        and f.get("client_address") == "127.0.0.1"
+        for f in fields
+    ), fields
     task = result(json.loads(made.payload))["task"]
     # bob's serviceParameters win over alice's metadata: not his task
     theirs = await stub.Send(

@@ -42,6 +42,14 @@ def test_precedence_file_env_flags(tmp_path):
             {"A2A_STORE_COMMIT_INTERVAL_MS": "-1"},
             "store_commit_interval_ms: must be between 0 and 1000",
         ),
+        (
+            {"A2A_GRPC_JSONRPC": "true", "A2A_GRPC_PORT": "-1"},
+            "grpc_jsonrpc: served on the gRPC listener, which grpc_port = -1 turns off",
+        ),
+        (
+            {"A2A_GRPC_JSONRPC": "true", "A2A_UPSTREAM": "127.0.0.1:50051"},
+            "grpc_jsonrpc: proxy mode serves no gRPC listener",
+        ),
     ],
 )
 def test_bad_values_name_the_key(env, fragment):
