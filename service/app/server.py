@@ -219,7 +219,6 @@ class Service:
             telemetry.telemetry.dependencies = self._dependencies_up
             telemetry.telemetry.loop_lag = self.loop_lag.lag_ms
         stack.callback(self._phase, "flushing telemetry")
-        await stack.enter_async_context(parts.loop_lag_measured(self.loop_lag))
         if telemetry is not None and s.metrics_endpoint and parts.metrics_shared():
             await stack.enter_async_context(parts.worker_metrics_serving(telemetry))
         with setting("agent"):
@@ -258,6 +257,8 @@ class Service:
             await stack.enter_async_context(
                 parts.metrics_listening(telemetry, s.host, s.metrics_port)
             )
+        # Last: what startup itself took (imports, migrations) is not lag in serving calls.
+        await stack.enter_async_context(parts.loop_lag_measured(self.loop_lag))
         stack.callback(self._phase, "closing the listeners")  # right after the drain
 
     async def _enter_core(self, stack: AsyncExitStack, agent: Agent) -> None:
