@@ -1,6 +1,8 @@
 """The probes: `/health` and `/health/live` (the process answers; 503 once the drain
 starts) and `/health/ready` (also 503 while a part every call needs is unreachable, see
-service.ops.readiness; a shared part that does not count is listed as `degraded`). Public, JSON, never cached; also served alone on `probe_port`
+service.ops.readiness; a shared part that does not count is listed as `degraded`, and
+while the event loop lags past `stream_refusal_lag_ms` the body says new streams are
+refused, with the lag). Public, JSON, never cached; also served alone on `probe_port`
 (`probe_app`), plaintext, for probes that cannot present a client certificate."""
 
 from __future__ import annotations
@@ -34,10 +36,17 @@ def health_routes(is_serving: Callable[[], bool], readiness: Readiness | None) -
                 status=503,
                 headers=DRAINING,
             )
-        degraded = readiness.degraded if readiness is not None else []
+        if readiness is None:
+            return json_response({"status": "ready"}, headers=FRESH)
+        body: dict[str, object] = {"status": "ready"}
+        degraded = readiness.degraded
         if degraded:
-            return json_response({"status": "ready", "degraded": degraded}, headers=FRESH)
-        return json_response({"status": "ready"}, headers=FRESH)
+            body["degraded"] = degraded
+        lag = readiness.refusing_streams
+        if lag is not None:  # still ready: unary calls and open streams are served
+            body["newStreams"] = "refused"
+            body["eventLoopLagMs"] = round(lag)
+        return json_response(body, headers=FRESH)
 
     methods = ["GET", "HEAD"]
     return [

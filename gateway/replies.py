@@ -125,7 +125,7 @@ async def invoke(
     if logged is None:  # not under an A2A route's entry (access.py): a call of its own
         logged = pipeline.open("jsonrpc", method.name)
     logged.named(method.name)
-    await pipeline.admit(logged, call, message)
+    await pipeline.admit(logged, call, message, stream=method.server_streaming)
     if method.server_streaming:
         events = await invoker.stream(method.name, message, call)
         return DocumentStream(events, renderer, f"{where} stream", logged)

@@ -134,6 +134,8 @@ class Binding:
         metadata: CallMetadata,
         request: ProtoMessage | Undecodable,
         edge: Edge | None = None,
+        *,
+        stream: bool = False,
     ) -> tuple[ProtoMessage, CallContext]:
         """A slot of the call limit first (a flood costs no authentication), then
         authentication, the request's decoding (and, on another version's binding, its
@@ -153,7 +155,7 @@ class Binding:
             principal=principal,
             resume_after=resume_point(metadata.get(RESUME_KEY), "Last-Event-ID"),
         )
-        await pipeline.admit(call, context, message)
+        await pipeline.admit(call, context, message, stream=stream)
         return message, context
 
     async def refuse(
@@ -224,7 +226,7 @@ def streaming_method(
         call, metadata = binding.open(name, context)
         logged = call.logged
         try:
-            message, ctx = await binding.enter(call, metadata, request, edge)
+            message, ctx = await binding.enter(call, metadata, request, edge, stream=True)
             events = await handler(message, ctx)
             call.streaming()
             numbered = hasattr(events, "seq")  # an EventStream: each event's number

@@ -24,6 +24,8 @@ Commands (the first word of the message):
                    and result, a failed one, then token usage (the a2a_service extension)
   sleep N          says it is working, then sleeps N seconds without a word, then completes
   tick             a status update every 0.05 s until canceled (busy, never silent)
+  block N          blocks the event loop N seconds (time.sleep: a careless agent), then
+                   completes (the server's loop runs that late: event-loop lag)
   stubborn         says it is working, then ignores every cancellation (a misbehaving agent)
   permit TARGET    asks for a permission decision with the h13 envelope (a2a_service.input),
                    acks it (permission_ack), then completes (allow_once) or rejects (deny);
@@ -43,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import time
 
 from gen import a2a_pb2 as pb
 from service.agent import TurnContext
@@ -144,6 +147,9 @@ class ScriptedAgent:
         elif word == "sleep":
             await ctx.working("sleeping")
             await asyncio.sleep(float(rest or 30))
+        elif word == "block":
+            time.sleep(float(rest or 1))  # noqa: ASYNC251 - on purpose: the whole loop waits
+            await ctx.artifact("unblocked", name="echo")
         elif word == "tick":
             i = 0
             while True:

@@ -36,6 +36,10 @@ def make_settings(tmp_path: pathlib.Path, **overrides) -> Settings:
         push_notifications=True,
         drain_seconds=0.5,
         drain_grace_seconds=0.0,
+        # The service runs on the test's own loop, so the test's work (clients, hypothesis,
+        # blocking helpers) would count as the server's lag: streams are refused for it
+        # only where a test asks (tests/integration/test_stream_refusal.py).
+        stream_refusal_lag_ms=0.0,
     )
     values.update(overrides)
     return Settings(**values)

@@ -43,6 +43,7 @@ from service.engine.redis_bus import RedisBus
 from service.engine.registry import Engine
 from service.engine.settings import ClusterSettings, open_bus, shares_ports
 from service.net.limits import grpc_server_options
+from service.ops.looplag import LoopLag
 from service.ops.readiness import Readiness
 from service.permission.policy import policy_from_settings as permission_policy
 from service.push import PushNotifications
@@ -167,6 +168,16 @@ async def telemetry_installed(
     finally:
         if installed is not None:
             await asyncio.to_thread(installed.shutdown, s.telemetry_shutdown_seconds)
+
+
+@asynccontextmanager
+async def loop_lag_measured(meter: LoopLag) -> AsyncIterator[LoopLag]:
+    """The event loop's lag meter, waking on its timer until the service is closed."""
+    meter.start()
+    try:
+        yield meter
+    finally:
+        meter.stop()
 
 
 def http_bound(s: Settings) -> Handoff[HttpServer]:

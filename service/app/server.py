@@ -81,6 +81,7 @@ from service.inputs.workspace import StoreContextLookup
 from service.net.limits import CallLimit, connection_cap, raise_nofile_limit
 from service.net.local import peer_principals, socket_mode
 from service.ops import logs
+from service.ops.looplag import LoopLag
 from service.ops.readiness import Readiness, from_health
 from service.protocol.admission import Gate
 from service.protocol.params import V03_VERSION
@@ -160,6 +161,7 @@ class Service:
     probes: HttpServer | None = None  # probe_port: /health, /health/live, /health/ready alone
     probe_port: int = 0
     gate: Gate = field(default_factory=Gate)  # closed: new calls are refused (draining)
+    loop_lag: LoopLag = field(default_factory=LoopLag)  # how late the event loop runs
     ownership: Ownership = field(default_factory=Ownership)
     # Retention: awaited with the (scope, task id)s of every purged batch, to release what
     # else is kept per task (e.g. stored files); the root or its caller adds to it.
@@ -184,6 +186,8 @@ class Service:
         logs.protect(secrets(s))  # no configured credential is ever written to the log
         self.access = AccessLog() if s.access_log else None
         self.readiness.shared_policy = s.readiness_shared_dependencies
+        self.readiness.loop_lag = self.loop_lag
+        self.readiness.stream_refusal_lag_ms = s.stream_refusal_lag_ms
         try:
             await self._enter_parts(self._parts)
         except BaseException:
@@ -217,6 +221,7 @@ class Service:
         if telemetry is not None:
             telemetry.telemetry.agent = s.name
             telemetry.telemetry.dependencies = self._dependencies_up
+            telemetry.telemetry.loop_lag = self.loop_lag.lag_ms
         stack.callback(self._phase, "flushing telemetry")
         if telemetry is not None and s.metrics_endpoint and parts.metrics_shared():
             await stack.enter_async_context(parts.worker_metrics_serving(telemetry))
@@ -256,6 +261,8 @@ class Service:
             await stack.enter_async_context(
                 parts.metrics_listening(telemetry, s.host, s.metrics_port)
             )
+        # Last: what startup itself took (imports, migrations) is not lag in serving calls.
+        await stack.enter_async_context(parts.loop_lag_measured(self.loop_lag))
         stack.callback(self._phase, "closing the listeners")  # right after the drain
 
     async def _enter_core(self, stack: AsyncExitStack, agent: Agent) -> None:
@@ -468,18 +475,25 @@ class Service:
         self, telemetry: Installed | None, configured: Sequence[Interceptor] = ()
     ) -> Pipeline:
         """What every call runs on every binding: authentication, then (in-process) the drain
-        gate, the caller's rate limit, the version and required extensions. A proxy checks
-        only who calls: its upstream admits the call (its drain: GatedInvoker). `telemetry` is
+        gate, the refusal of new streams while the loop lags, the caller's rate limit, the
+        version and required extensions. A proxy checks who calls and refuses new streams
+        while its own loop lags: its upstream admits the call (its drain: GatedInvoker). `telemetry` is
         installed by then: the pipeline records every call into it. `configured`
         (call_interceptors) run after those, in both."""
         s = self.settings
+        lag, lag_ms = self.loop_lag, s.stream_refusal_lag_ms
         if s.upstream:
-            steps = admission(None, check_version=False)
+            steps = admission(None, check_version=False, loop_lag=lag, stream_refusal_lag_ms=lag_ms)
         else:
             if s.rate_limit_per_principal:
                 self.rate_limit = RateLimiter(s.rate_limit_per_principal, s.rate_limit_burst)
             steps = admission(
-                self.gate, self.rate_limit, tuple(s.required_extensions), compat_v03=s.compat_v03
+                self.gate,
+                self.rate_limit,
+                tuple(s.required_extensions),
+                compat_v03=s.compat_v03,
+                loop_lag=lag,
+                stream_refusal_lag_ms=lag_ms,
             )
         return Pipeline(
             authenticator=self.auth,

@@ -1,13 +1,15 @@
 """The built-in interceptors: what lets a call reach the A2AApi, in this order.
 
 1. `DrainGate`: a draining server takes no new calls (UNAVAILABLE with a retry hint).
-2. `RateLimit`: the caller's requests per second (`rate_limit_per_principal`).
-3. `VersionCheck`: the A2A version the caller speaks (an A2A RPC only: a file download
+2. `LagGate`: while the event loop runs late (`stream_refusal_lag_ms`), no new streams
+   (RESOURCE_EXHAUSTED with a retry hint); unary calls and open streams go on.
+3. `RateLimit`: the caller's requests per second (`rate_limit_per_principal`).
+4. `VersionCheck`: the A2A version the caller speaks (an A2A RPC only: a file download
    needs none): 1.x on the 1.0 bindings, 0.3 (or none) on a v0.3 codec's call (its
    binding ends in `-v0.3`, served while `compat_v03` is on); and the extensions this
    agent requires.
 
-A file download (`DownloadFile`, not an RPC) passes the first two only.
+A file download (`DownloadFile`, not an RPC) passes the drain gate and the rate limit only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from service.calls.record import Call
-from service.engine.limits import RateLimiter
+from service.engine.limits import RateLimiter, refuse
+from service.ops.looplag import LoopLag
 from service.protocol.admission import Gate
 from service.protocol.errors import ExtensionSupportRequiredError, VersionNotSupportedError
 from service.protocol.params import (
@@ -39,6 +42,35 @@ class DrainGate:
     async def before(self, call: Call, context: CallContext, request: Message | None) -> None:
         if self.gate.closed:
             self.gate.check()
+
+    def after(self, call: Call) -> None:
+        return None
+
+
+class LagGate:
+    """New streams are refused while the loop runs `limit_ms` late or more: each one would
+    add events to a loop that already delivers them late, and a replica that keeps up
+    serves it better. What is already open, and unary calls, are served (late)."""
+
+    __slots__ = ("meter", "limit_ms")
+
+    def __init__(self, meter: LoopLag, limit_ms: float) -> None:
+        self.meter = meter
+        self.limit_ms = limit_ms
+
+    async def before(self, call: Call, context: CallContext, request: Message | None) -> None:
+        if not call.stream:
+            return
+        lag = self.meter.lag_ms()
+        if lag > self.limit_ms:
+            raise refuse(
+                "stream_refusal_lag_ms",
+                self.limit_ms,
+                f"The server is overloaded: its event loop runs {lag:.0f} ms late (the limit "
+                f"for new streams is {self.limit_ms:g} ms); retry after the hint, or on "
+                "another replica.",
+                retry_after=self.meter.retry_after(),
+            )
 
     def after(self, call: Call) -> None:
         return None
@@ -144,13 +176,18 @@ def admission(
     *,
     check_version: bool = True,
     compat_v03: bool = True,
-) -> list[DrainGate | RateLimit | VersionCheck]:
+    loop_lag: LoopLag | None = None,
+    stream_refusal_lag_ms: float = 0.0,
+) -> list[DrainGate | LagGate | RateLimit | VersionCheck]:
     """The built-in interceptors, in order, for what is configured (`check_version` False:
     a proxy, whose upstream checks the version and extensions; `compat_v03`: the v0.3
-    codecs' calls are served)."""
-    steps: list[DrainGate | RateLimit | VersionCheck] = []
+    codecs' calls are served; `loop_lag` and `stream_refusal_lag_ms` > 0: new streams are
+    refused while the loop lags)."""
+    steps: list[DrainGate | LagGate | RateLimit | VersionCheck] = []
     if gate is not None:
         steps.append(DrainGate(gate))
+    if loop_lag is not None and stream_refusal_lag_ms > 0:
+        steps.append(LagGate(loop_lag, stream_refusal_lag_ms))
     if rate_limit is not None:
         steps.append(RateLimit(rate_limit))
     if check_version:

@@ -12,8 +12,8 @@ and encodes it as its error.
 
 Interceptors (`Interceptor`) run in order; `after` runs, in reverse order, for each one
 whose `before` let the call through, when the record closes. The built-in ones
-(admission.py) are the drain gate, the caller's rate limit, and the version and
-required-extension checks; the composition root adds configured ones after them.
+(admission.py) are the drain gate, the event-loop lag's refusal of new streams, the
+caller's rate limit, and the version and required-extension checks; the composition root adds configured ones after them.
 """
 
 from __future__ import annotations
@@ -130,9 +130,13 @@ class Pipeline:
             call.identified(principal)
         return principal
 
-    async def admit(self, call: Call, context: CallContext, request: Message | None) -> None:
+    async def admit(
+        self, call: Call, context: CallContext, request: Message | None, *, stream: bool = False
+    ) -> None:
         """Run the interceptors in order; the first refusal (an A2AError) ends the call.
-        `request`: None for a route that carries no message (a file download)."""
+        `request`: None for a route that carries no message (a file download); `stream`: the
+        method's descriptor says it answers with a stream (`call.stream` for the interceptors)."""
+        call.stream = stream
         if request is not None:
             call.saw(request)
         for interceptor in self.interceptors:

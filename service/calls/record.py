@@ -79,6 +79,7 @@ class Call:
         "status",
         "bytes",
         "held",
+        "stream",
         "_log",
         "_end_span",
     )
@@ -109,6 +110,8 @@ class Call:
         self.status: int | str = 0
         self.bytes = 0
         self.held = False  # a slot of the binding's call limit, given back when it closes
+        # The method answers with a stream (its descriptor's server_streaming), set at admission.
+        self.stream = False
         self._log = log
         self._end_span = end_span  # the gRPC service whose call the span ends ('': not ours)
 

@@ -31,6 +31,9 @@ NO_LIMIT_OR_MORE = at_least(0, "must be 0 (no limit) or a positive number")
 # five is likely to wait much longer, and its live turn then costs memory for nothing.
 PAUSED_TURN_IDLE_SECONDS = 300.0
 FIRST_EVENT_GRACE_MS = 50.0  # the default: a quick agent still answers with a Message
+# The default: a second late is far past any agent's or client's patience for one event,
+# yet well above the few milliseconds a busy but healthy loop runs late.
+STREAM_REFUSAL_LAG_MS = 1000.0
 OFF_OR_UP_TO_30_DAYS = between(0, 30 * 86400, "must be between {low} (off) and {high}, got {value}")
 
 
@@ -83,6 +86,13 @@ class LimitSettings:
         FIRST_EVENT_GRACE_MS,
         "a streaming send (and a `returnImmediately` one) whose agent has said nothing this long gets its task (`SUBMITTED`) at once, so the caller has a task id to cancel, subscribe to or resume; an agent that answers with a direct Message sooner still can. `0` = the task at once, no direct Message on those sends (see [Agents](agents.md#the-first-event))",
         check=between(0, 60_000, "must be between {low} and {high} (milliseconds), got {value}"),
+    )
+    stream_refusal_lag_ms: float = setting(
+        STREAM_REFUSAL_LAG_MS,
+        "once the event loop runs this late (`a2a.event_loop.lag`: the longest delay of the last 5 s), new streams (`SendStreamingMessage`, `SubscribeToTask`, their v0.3 forms, on every binding) are refused with `RESOURCE_EXHAUSTED` / `429` + `Retry-After`, so a load balancer can send them elsewhere; open streams and unary calls go on. `0` = never refuse (see [Operations: event-loop lag](operations.md#event-loop-lag))",
+        check=between(
+            0, 3_600_000, "must be between {low} (never) and {high} (milliseconds), got {value}"
+        ),
     )
 
 

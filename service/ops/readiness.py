@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from service.ops.logs import REDACTOR
+from service.ops.looplag import LoopLag
 from service.setting import check_section, one_of, port, setting
 
 log = logging.getLogger("service.readiness")
@@ -68,6 +69,10 @@ class Readiness:
         self._ready = True
         self._task: asyncio.Task[None] | None = None
         self._on_change: Callable[[bool], Awaitable[None]] | None = None
+        # The event loop's lag, and the lag past which new streams are refused (0: never):
+        # shown by `/health/ready` while they are (the replica stays ready for the rest).
+        self.loop_lag: LoopLag | None = None
+        self.stream_refusal_lag_ms = 0.0
 
     def add(self, name: str, check: Check, *, shared: bool = False) -> None:
         """Require `name` to be reachable for the replica to be ready (`shared`: a part
@@ -86,6 +91,15 @@ class Readiness:
         if self.shared_policy != "ignore":
             return []
         return sorted(name for name in self.failing if name in self.shared)
+
+    @property
+    def refusing_streams(self) -> float | None:
+        """The loop's lag in ms while new streams are refused for it, else None."""
+        meter, limit = self.loop_lag, self.stream_refusal_lag_ms
+        if meter is None or not limit:
+            return None
+        lag = meter.lag_ms()
+        return lag if lag > limit else None
 
     def _counts(self, name: str) -> bool:
         return self.shared_policy != "ignore" or name not in self.shared

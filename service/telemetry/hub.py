@@ -444,6 +444,8 @@ class Telemetry:
         self.push_queue_depth: int | None = None
         # store/bus/queue -> 1 up, 0 down, as the last readiness check found them
         self.dependencies: Callable[[], Mapping[str, int]] | None = None
+        # the event loop's recent lag in ms (service/ops/looplag.py), read at each collection
+        self.loop_lag: Callable[[], float] | None = None
         self.tasks_ended = Counts()
         self.streams_open = Counts()
         self.stream_events = Counts()
@@ -602,7 +604,9 @@ class Telemetry:
     def push_outcome(self, outcome: str) -> None:
         self.push_deliveries.add(((names.PUSH_OUTCOME, outcome),))
 
-    def observations(self) -> Iterable[tuple[names.MetricName, list[tuple[dict[str, Any], int]]]]:
+    def observations(
+        self,
+    ) -> Iterable[tuple[names.MetricName, Sequence[tuple[dict[str, Any], float]]]]:
         """What the observable instruments report (setup.py registers the callbacks)."""
         yield names.TASKS_ACTIVE, [({}, self.tasks_active)]
         yield names.TASKS_ENDED, self.tasks_ended.snapshot()
@@ -615,6 +619,8 @@ class Telemetry:
         yield names.REFUSED, self.refused.snapshot()
         states = self.dependencies() if self.dependencies is not None else {}
         yield names.DEPENDENCY_UP, [({names.DEPENDENCY: name}, up) for name, up in states.items()]
+        lag = self.loop_lag
+        yield names.EVENT_LOOP_LAG, [] if lag is None else [({}, lag())]
 
 
 current: Telemetry | None = None  # set by setup.install, cleared by its shutdown

@@ -95,7 +95,7 @@ class MetricName:
     def prometheus(self) -> str:
         """How the Prometheus exporter names it (counters get `_total`, seconds `_seconds`)."""
         base = self.name.replace(".", "_")
-        unit = {"s": "_seconds", "By": "_bytes"}.get(self.unit, "")
+        unit = {"s": "_seconds", "By": "_bytes", "ms": "_milliseconds"}.get(self.unit, "")
         if unit and not base.endswith(unit):
             base += unit
         return base + ("_total" if self.kind == "counter" else "")
@@ -191,6 +191,13 @@ REFUSED = MetricName(
     "requests refused by a limit, by limit and binding",
     (LIMIT, BINDING),
 )
+EVENT_LOOP_LAG = MetricName(
+    "a2a.event_loop.lag",
+    "gauge",
+    "ms",
+    "how late the event loop runs what is due: the longest delay of the last 5 s",
+    (),
+)
 
 METRICS = (
     RPC_DURATION,
@@ -207,6 +214,7 @@ METRICS = (
     REFUSED,
     TURN_DURATION,
     DEPENDENCY_UP,
+    EVENT_LOOP_LAG,
 )
 # Process and runtime metrics (CPU, memory, open fds, threads, GC) come from
 # opentelemetry-instrumentation-system-metrics, under their own conventional names:

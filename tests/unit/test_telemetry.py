@@ -149,6 +149,7 @@ def test_the_prometheus_names_are_what_metrics_serves():
         tel.push_outcome("delivered")
         tel.push_queue_depth = 1
         tel.dependencies = lambda: {"task store": 1, "push queue": 0}
+        tel.loop_lag = lambda: 12.5
         hub.count_auth_failure("none")
         hub.count_refusal("grpc_max_concurrent_calls", names.GRPC)
         text = installed.metrics_text().decode()
