@@ -50,6 +50,7 @@ log = logging.getLogger("service")
 TRANSPORT = "websocket"  # the access log's binding
 GOING_AWAY = 1001  # the server is draining
 TOO_BIG = 1009
+NOT_UTF8 = 1007
 LINGER_SECONDS = 2.0  # after refusing a message: how long its rest is read and dropped
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 DRAINING_BODY = b'{"error":"The server is shutting down; connect to another replica."}'
@@ -76,6 +77,20 @@ class RefusingProtocol(WebSocketsSansIOProtocol):
                 self.conn.receive_data(data)
             return
         super().data_received(data)
+
+    def send_receive_event_to_app(self) -> None:
+        """A text message that is not UTF-8 closes the socket (1007, as RFC 6455 asks)
+        with one log line, where uvicorn would log a traceback."""
+        if self.curr_msg_data_type == "text" and not self.close_sent:
+            try:
+                b"".join(self.frames).decode()
+            except UnicodeDecodeError:
+                self.frames = []
+                log.info("websocket: a text frame that is not UTF-8; closing the socket (1007)")
+                self.conn.send_close(NOT_UTF8, "text frames must be UTF-8")
+                self.handle_parser_exception()
+                return
+        super().send_receive_event_to_app()
 
     def handle_parser_exception(self) -> None:
         if not isinstance(self.conn.parser_exc, PayloadTooBig) or self.close_sent:

@@ -111,6 +111,33 @@ async def test_an_oversized_message_is_refused_then_the_socket_closes_1009(serve
         await again.aclose()
 
 
+async def test_a_text_frame_that_is_not_utf8_closes_the_socket_1007(served, caplog):
+    _, url = served
+    client = await WsClient.open(url)
+    try:
+        with caplog.at_level("INFO"):
+            await client.ws.send(b'{"jsonrpc": "2.0", "id": "\xff"}', text=True)
+            await asyncio.wait_for(client.closed.wait(), 20)
+        assert client.ws.close_code == 1007
+        assert not [r for r in caplog.records if r.exc_info], "no traceback is logged"
+    finally:
+        await client.aclose()
+    again = await WsClient.open(url)
+    try:
+        assert "result" in await again.call("ListTasks", {})
+    finally:
+        await again.aclose()
+
+
+async def test_a_handshake_while_draining_is_answered_503(served):
+    service, url = served
+    service.websocket.stop_accepting()  # what the drain does when the gate closes
+    with pytest.raises(InvalidStatus) as info:
+        await WsClient.open(url)
+    assert info.value.response.status_code == 503
+    assert info.value.response.headers["Retry-After"] == "1"
+
+
 async def test_service_parameters_from_the_handshake_and_a_request_of_its_own_wins(served):
     _, url = served
     alice = await WsClient.open(url, {**V1, "Authorization": f"Bearer {TOKENS['alice']}"})
