@@ -19,6 +19,8 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
+from service.app.config import ConfigError, validate
+from tests.conftest import make_settings
 from tests.security_util import TOKENS
 from tests.transport_scenarios import (
     ALICE,
@@ -295,3 +297,15 @@ async def test_drain_mid_stream_then_the_sockets_are_closed_going_away(served):
         await idle.aclose()
     with pytest.raises(OSError):
         await WsClient.open(url)
+
+
+def test_the_settings_name_what_is_wrong(tmp_path):
+    with pytest.raises(ConfigError, match="websocket_path: the WebSocket transport runs on"):
+        validate(make_settings(tmp_path, websocket_path=PATH, http_port=-1))
+    with pytest.raises(ConfigError, match="websocket_path"):
+        validate(make_settings(tmp_path, websocket_path="a2a/ws", http_port=0))
+    with pytest.raises(ConfigError, match="websocket_max_in_flight"):
+        validate(
+            make_settings(tmp_path, websocket_path=PATH, http_port=0, websocket_max_in_flight=0)
+        )
+    validate(make_settings(tmp_path, websocket_path=PATH, http_port=0))
