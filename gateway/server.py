@@ -10,6 +10,10 @@ Connection limits (gateway.limits.connections, docs/operations.md): the listenin
 socket counts connections and refuses or evicts past the cap at accept time; the
 protocol is uvicorn's h11 one with header and body deadlines; the keep-alive
 timeout is uvicorn's.
+
+WebSockets (`websocket`, gateway.transports.websocket): without it uvicorn upgrades
+nothing; with it, the transport's protocol serves upgraded connections, and their tasks
+(`upgraded`) are the transport's to drain, not counted as requests in flight here.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ class HttpServer:
         self._task: asyncio.Task[None] | None = None
         self.guard: ConnectionGuard | None = None
         self._log_summaries: asyncio.TimerHandle | None = None
+        self.upgraded: set[asyncio.Task[Any]] = set()  # tasks serving WebSockets
 
     async def start(
         self,
@@ -93,10 +98,12 @@ class HttpServer:
         graceful_seconds: float = 5.0,
         ssl: dict[str, Any] | None = None,
         settings: Any = None,
+        websocket: dict[str, Any] | None = None,
     ) -> None:
         """`ssl`: uvicorn's ssl_* options (service.auth.TlsFiles.uvicorn_options) for HTTPS.
         `settings`: where the connection limits come from (service.net.limits.http_limits;
-        default: their defaults)."""
+        default: their defaults). `websocket`: uvicorn's ws* options
+        (WebSocketTransport.uvicorn_options); None: no upgrades."""
         limits = http_limits(settings) if settings is not None else HttpLimits()
         logflood.install()
         guard = ConnectionGuard(
@@ -114,7 +121,7 @@ class HttpServer:
             timeout_graceful_shutdown=max(graceful_seconds, 0.1),  # type: ignore[arg-type]  # float is fine
             server_header=False,
             http=guarded_protocol(guard),
-            ws="none",
+            **(websocket or {"ws": "none"}),
             timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # float is fine
             **(ssl or {}),
         )
@@ -132,8 +139,11 @@ class HttpServer:
         self._log_summaries = asyncio.get_running_loop().call_later(60, self._summarise_logs)
 
     def in_flight(self) -> int:
-        """Requests being handled now (streams included)."""
-        return len(self._server.server_state.tasks) if self._server is not None else 0
+        """Requests being handled now (streams included; not the WebSockets' tasks)."""
+        if self._server is None:
+            return 0
+        upgraded = self.upgraded
+        return sum(1 for task in self._server.server_state.tasks if task not in upgraded)
 
     async def drain(self, seconds: float) -> None:
         """Wait (at most `seconds`) until no request is in flight; keep accepting meanwhile."""

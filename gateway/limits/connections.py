@@ -11,7 +11,8 @@
   arrive within `header_timeout` of accept; a later request's headers within
   `header_timeout` of its first byte (the idle time before that is uvicorn's
   keep-alive timeout); a request body within `body_timeout` of its headers (else
-  `408` and close). A timer exists only while something is awaited: one per
+  `408` and close). A connection upgraded to a WebSocket has none of these: it is
+  no longer an HTTP exchange (its keep-alive is the WebSocket's pings). A timer exists only while something is awaited: one per
   connection until its first headers, none for a request that arrives whole.
 - **Back-pressure after a refusal.** A connection answered `429` + `Retry-After` is not
   read again until the hint has passed (gateway.limits.backoff): the protocol keeps its
@@ -260,6 +261,9 @@ class GuardedH11Protocol(H11Protocol):
 
     def _follow(self, got_data: bool) -> None:
         """Track what the connection waits for after h11 has consumed what came."""
+        if self.transport.get_protocol() is not self:  # upgraded (WebSocket): no deadlines
+            self._enter(None)
+            return
         state = self.conn.their_state
         phase = _HEADERS if state is h11.IDLE else _BODY if state is h11.SEND_BODY else None
         if phase is not self._phase:

@@ -29,6 +29,7 @@ from service.engine.settings import ClusterSettings, validate_cluster
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
 from service.net.local import LocalTransportSettings, validate_local_transports
+from service.net.websocket import WebSocketSettings, validate_websocket
 from service.ops.logs import LogSettings, validate_logs
 from service.ops.readiness import ProbeSettings, validate_probes
 from service.permission.policy import PermissionSettings, validate_permissions
@@ -78,6 +79,7 @@ class Settings(
     SigningSettings,
     NetSettings,
     LocalTransportSettings,
+    WebSocketSettings,
     UnknownFieldSettings,
     FileSettings,
     PermissionSettings,
@@ -380,6 +382,7 @@ def validate(s: Settings) -> None:
         security.validate_security,
         validate_netlimits,
         validate_local_transports,
+        validate_websocket,
         validate_files,
         validate_unknown_fields,
         validate_permissions,

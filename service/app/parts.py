@@ -27,6 +27,7 @@ from gateway.invoker import Invoker
 from gateway.server import HttpServer
 from gateway.transports.stdio import Pipes, StdioTransport
 from gateway.transports.unix import UnixSocketTransport
+from gateway.transports.websocket import WebSocketTransport
 from service.agent import Agent
 from service.app.config import ConfigError, Settings
 from service.app.drain import RESPONSE_FLUSH_SECONDS
@@ -408,6 +409,19 @@ async def unix_socket_serving(transport: UnixSocketTransport) -> AsyncIterator[U
     with setting("unix_socket"):
         await transport.start()
     log.info("JSON-RPC on unix socket %s (mode %04o)", transport.path, transport.mode)
+    try:
+        yield transport
+    finally:
+        await transport.close()
+
+
+@asynccontextmanager
+async def websocket_serving(
+    transport: WebSocketTransport, url: str
+) -> AsyncIterator[WebSocketTransport]:
+    """The WebSocket transport (served by the HTTP listener); at close its sockets are
+    closed (1001) before the listener stops."""
+    log.info("JSON-RPC over WebSocket at %s", url)
     try:
         yield transport
     finally:

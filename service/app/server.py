@@ -41,6 +41,7 @@ from gateway.transports.grpc_envelope import JsonRpcEnvelopeServicer
 from gateway.transports.session import FramedJsonRpc, binding_uri
 from gateway.transports.stdio import Pipes, StdioTransport
 from gateway.transports.unix import PeerPrincipals, UnixSocketTransport
+from gateway.transports.websocket import WebSocketTransport
 from gateway.unknown_fields import REJECT
 from gen import a2a_pb2 as pb
 from service.agent import Agent, load_agent
@@ -171,6 +172,7 @@ class Service:
     stdio: StdioTransport | None = None  # `stdio`: JSON-RPC on stdin/stdout
     unix: UnixSocketTransport | None = None  # `unix_socket`: JSON-RPC on a unix socket
     envelope: JsonRpcEnvelopeServicer | None = None  # `grpc_jsonrpc`: JSON-RPC inside gRPC
+    websocket: WebSocketTransport | None = None  # `websocket_path`: on the HTTP listener
     framed: FramedJsonRpc | None = None  # the one JSON-RPC of the transports of our own
     # Set when the service's input is over (end of stdin): `serve` stops as on SIGTERM.
     input_ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -249,6 +251,10 @@ class Service:
             http.place(stack)
             with setting("http_port"):
                 await self._start_gateway(http.part, telemetry)
+            if self.websocket is not None:
+                await stack.enter_async_context(
+                    parts.websocket_serving(self.websocket, self._websocket_url())
+                )
         await self._enter_transports(stack, pipes)
         if s.probe_port >= 0:
             probes = parts.probes_serving(s, lambda: self.serving, self.readiness)
@@ -415,12 +421,26 @@ class Service:
     async def _start_gateway(self, http: HttpServer, telemetry: Installed | None) -> None:
         s = self.settings
         level = "warning" if s.log_level.upper() in ("DEBUG", "INFO") else s.log_level
+        app = self._gateway_app(telemetry)
+        options = None
+        if s.websocket_path:  # served by the same listener, before the HTTP routes
+            assert self.invoker is not None
+            self.websocket = WebSocketTransport(
+                self._framed(self.invoker),
+                s.websocket_path,
+                max_in_flight=s.websocket_max_in_flight,
+                ping_seconds=s.websocket_ping_seconds,
+                ping_timeout_seconds=s.websocket_ping_timeout_seconds,
+                handlers=http.upgraded,
+            )
+            app, options = self.websocket.wrap(app), self.websocket.uvicorn_options()
         await http.start(
-            self._gateway_app(telemetry),
+            app,
             log_level=level,
             graceful_seconds=max(1.0, s.drain_seconds),
             ssl=self.tls.uvicorn_options() if self.tls is not None else None,
             settings=s,
+            websocket=options,
         )
         mode = f"proxy to {s.upstream}" if s.upstream else "in-process"
         log.info(
@@ -545,6 +565,13 @@ class Service:
         scheme = "https" if self.tls is not None else "http"
         return f"{scheme}://{_url_host(s.host)}:{self.http_port}"
 
+    def _websocket_url(self) -> str:
+        """The WebSocket transport's URL: the HTTP base with ws(s):// and the path."""
+        base = self._http_base()
+        scheme, sep, rest = base.partition("://")
+        ws_scheme = {"https": "wss", "http": "ws"}.get(scheme.lower(), scheme)
+        return f"{ws_scheme}{sep}{rest}{self.settings.websocket_path}" if sep else ""
+
     def _housekeeping_jobs(self, agent: Agent, blobs: LocalBlobStore) -> None:
         """Retention (task_retention) and idle-context eviction (context_idle_timeout)."""
         s = self.settings
@@ -602,7 +629,8 @@ class Service:
         its binding URI (`binding_uri`), after the standard bindings. stdio's URL is
         `stdio:` (its card is read over stdio with GetExtendedAgentCard, or elsewhere
         as a note that the agent runs as a subprocess too); the unix socket's is `unix:`
-        and the socket's absolute path."""
+        and the socket's absolute path; the WebSocket's the HTTP base as `ws://` (`wss://`)
+        with its path."""
         s = self.settings
         places: list[tuple[str, str]] = []
         if s.stdio:
@@ -612,6 +640,8 @@ class Service:
         if s.grpc_jsonrpc and not s.upstream and s.grpc_port >= 0:
             grpc_url = s.grpc_public_address or f"{_url_host(s.host)}:{self.grpc_port}"
             places.append((grpc_url, grpc_envelope.TRANSPORT))
+        if s.websocket_path and self.http is not None:
+            places.append((self._websocket_url(), "websocket"))
         return [interface(url, binding_uri(name)) for url, name in places]
 
     def _framed(self, invoker: Invoker) -> FramedJsonRpc:
@@ -699,7 +729,9 @@ class Service:
             grpc_server=self.grpc_server,
             http=self.http,
             phase=self._phase,
-            transports=[t for t in (self.stdio, self.unix, self.envelope) if t is not None],
+            transports=[
+                t for t in (self.stdio, self.unix, self.envelope, self.websocket) if t is not None
+            ],
         )
         self._parts.push_async_callback(drain, draining)  # pushed last: it runs first
         await self._parts.aclose()

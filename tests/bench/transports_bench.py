@@ -22,8 +22,10 @@ from typing import Any
 from tests.bench.common import ServerProcess, run_load, serve_argv, summarize_rounds
 from tests.bench.http_bench import Connection, RequestTemplate, _jsonrpc_body
 from tests.bench.unix_bench import LineCaller, SharedLine
+from tests.bench.ws_bench import SharedSocket, WsCaller
 
 SOCKET_NAME = "bench.sock"
+WS_PATH = "/a2a/ws"
 
 
 @dataclass
@@ -57,6 +59,19 @@ async def _shared_callers(_: ServerProcess, tmp: pathlib.Path, n: int) -> list[A
     return [shared] * n  # n callers, one connection
 
 
+def _ws_url(server: ServerProcess) -> str:
+    return f"ws://127.0.0.1:{server.http_port}{WS_PATH}"
+
+
+async def _ws_callers(server: ServerProcess, _: pathlib.Path, n: int) -> list[Any]:
+    return [await WsCaller.open(_ws_url(server)) for _ in range(n)]
+
+
+async def _ws_shared_callers(server: ServerProcess, _: pathlib.Path, n: int) -> list[Any]:
+    shared = await SharedSocket.open(_ws_url(server))
+    return [shared] * n  # n callers, one socket
+
+
 def _close_once(caller: Any) -> None:
     caller.close()
 
@@ -83,12 +98,26 @@ ROWS = [
         lambda caller: caller.send_message(),
         _close_once,
     ),
+    Row(
+        "transports_websocket",
+        "WebSocket, N sockets, 1 in flight each",
+        _ws_callers,
+        lambda caller: caller.send_message(),
+        _close_once,
+    ),
+    Row(
+        "transports_websocket_shared",
+        "WebSocket, 1 socket, N in flight",
+        _ws_shared_callers,
+        lambda caller: caller.send_message(),
+        _close_once,
+    ),
 ]
 BASELINE = "transports_http_jsonrpc"
 
 
 def server_env(tmp: pathlib.Path) -> dict[str, str]:
-    return {"A2A_UNIX_SOCKET": str(tmp / SOCKET_NAME)}
+    return {"A2A_UNIX_SOCKET": str(tmp / SOCKET_NAME), "A2A_WEBSOCKET_PATH": WS_PATH}
 
 
 async def measure(row: Row, server: ServerProcess, tmp: pathlib.Path, args) -> dict:
@@ -174,11 +203,12 @@ def report_transports(rows: list[dict], args, table: Callable[..., str]) -> str:
             for r in rows
         ],
     )
-    unix = next((r for r in rows if r["key"] == "transports_unix"), None)
     verdict = ""
-    if unix is not None:
-        met = "met" if unix["vs_http"] >= 1 else "NOT met"
-        verdict = f"\ntarget: unix socket >= JSON-RPC over HTTP -> {unix['vs_http']:.2f}x ({met})"
+    for key, name in (("transports_unix", "unix socket"), ("transports_websocket", "WebSocket")):
+        row = next((r for r in rows if r["key"] == key), None)
+        if row is not None:
+            met = "met" if row["vs_http"] >= 1 else "NOT met"
+            verdict += f"\ntarget: {name} >= JSON-RPC over HTTP -> {row['vs_http']:.2f}x ({met})"
     return head + "\n" + body + verdict
 
 
