@@ -330,7 +330,11 @@ class Service:
         calls = CallLimit(s.grpc_max_concurrent_calls)  # one limit for both versions
         add_servicer(make_servicer(self.api, self.pipeline, calls), server, parts=part_limits(s))
         add_servicer(
-            make_v03_servicer(self.api, self.pipeline, calls), server, V03_SERVICE, pipelined=True
+            make_v03_servicer(self.api, self.pipeline, calls),
+            server,
+            V03_SERVICE,
+            pipelined=True,
+            parts=part_limits(s),
         )
         self.health = HealthServicer()
         add_servicer(self.health, server, service=health_pb2.DESCRIPTOR.services_by_name["Health"])
