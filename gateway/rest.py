@@ -130,7 +130,10 @@ async def routed(
             scan = SendScan(part_limits, shape)
         raw = await read_json_body(request, max_body_bytes, scan)
         if scan is not None and scan.found is not None:
-            raise scan.found  # refused from its bytes, before the rest was read
+            # refused from its bytes, before the rest was read; the error's traceback keeps
+            # this frame until a collection: it must not keep what was read with it
+            refused, scan, raw = scan.found, None, b""
+            raise refused
         if raw.strip():
             body = parse_json_body(raw)
     return route, match.path_vars, body

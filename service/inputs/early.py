@@ -174,7 +174,6 @@ _WS = re.compile(rb"[ \t\r\n]*")
 _SCALAR = re.compile(rb"[^,:\]}\s\"\[{]*")
 # Everything up to the next bracket outside a string, and that bracket.
 _TO_BRACKET = re.compile(rb'[^"\[\]{}]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^"\[\]{}]*)*([\[\]{}])', re.S)
-_WHITESPACE = (b" ", b"\t", b"\r", b"\n")
 _QUOTED = re.compile(rb'"[^"]*"')
 _NOT_QUOTE_OR_BRACKET = bytes(b for b in range(256) if b not in b'"[]{}')
 _ONE_BRACKET = bytes.maketrans(b"[]", b"{}")  # their kind is the decoder's business
@@ -238,8 +237,10 @@ JSONRPC_SENDS = dict.fromkeys(SENDS, PROTO_JSON)
 
 def _compact(buf: bytes | bytearray, start: int, end: int) -> int:
     """Bytes of buf[start:end] less whitespace, each escape sequence counted as one."""
-    spaces = sum(buf.count(c, start, end) for c in _WHITESPACE)
-    return end - start - spaces - 5 * buf.count(b"\\", start, end)
+    kept = len(buf[start:end].translate(None, b" \t\r\n\\"))  # one pass, not five counts
+    if buf.find(b"\\", start, end) < 0:
+        return kept
+    return kept - 4 * buf.count(b"\\", start, end)
 
 
 def _escaped(buf: bytes | bytearray, quote: int) -> bool:
@@ -351,8 +352,16 @@ class _Reader:
                 yield from self._more()
                 continue
             step = min(step * 4, _SEGMENT)  # small values cost little, large ones 64 KiB a time
-            seg = bytes(buf[scan:end]).replace(b"\\\\", b"").replace(b'\\"', b"")
-            marks = seg.translate(None, _NOT_QUOTE_OR_BRACKET)
+            if in_string and buf.find(b'"', scan, end) < 0:  # inside one string throughout
+                size += _compact(buf, scan, end)
+                scan = end
+                if budget is not None and size > budget:
+                    raise _Over(size)
+                continue
+            seg = buf[scan:end]
+            if seg.find(b"\\") >= 0:
+                seg = seg.replace(b"\\\\", b"").replace(b'\\"', b"")
+            marks = bytes(seg.translate(None, _NOT_QUOTE_OR_BRACKET))
             if in_string:
                 marks = b'"' + marks
             marks = _QUOTED.sub(b"", marks.replace(b'""', b""))

@@ -237,13 +237,14 @@ async def against_server(rounds: int) -> None:
                         pass
                     reset_peak(server.pid)
                     before, cpu = memory_kib(server.pid), cpu_ns(server.pid)
+                    peaks = []
                     for _ in range(rounds):
                         await refuse_on(server, transport, path, body)
+                        peaks.append((memory_kib(server.pid)["VmHWM"] - before["VmRSS"]) / 1024)
                     spent = (cpu_ns(server.pid) - cpu) / rounds / 1e6
-                    peak = (memory_kib(server.pid)["VmHWM"] - before["VmRSS"]) / 1024
                     print(
                         f"  {label:28} {len(body) / 2**20:5.1f} MiB  {spent:7.1f} ms CPU"
-                        f"  +{peak:6.1f} MiB peak RSS"
+                        f"  peak RSS +{peaks[0]:5.1f} MiB after one, +{peaks[-1]:5.1f} after all"
                     )
 
 
