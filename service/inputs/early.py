@@ -5,12 +5,14 @@ read, not to building a message (or a JSON document) of every byte first.
 own bytes, a part that check would refuse for its size anyway, so a 10 MiB data part does
 not first become a hundred MiB of objects. Two readers of the same rule:
 
-- `proto_oversized`: the wire bytes of a `SendMessageRequest` (gRPC), walked field by
-  field without decoding: a part's `text`, `raw` or `data` length is on the wire.
-- `json_oversized`: the ProtoJSON body of a send (REST, JSON-RPC), scanned for
-  `message.parts[i]` (under `params` too) with regular expressions; a `data` value is
-  measured as JSON text without whitespace, each escape counted as one byte, and the
-  scan stops as soon as it is past the limit.
+- `proto_oversized`: the wire bytes of a `SendMessageRequest` (gRPC, either version's),
+  walked field by field without decoding: a part's `text`, `raw` or `data` length is on
+  the wire.
+- `SendScan`: the JSON body of a send (REST, JSON-RPC; 1.0 and v0.3 shapes) scanned as it
+  arrives, chunk by chunk, for `message.parts[i]` (under `params` too); a `data` value is
+  measured as JSON text without whitespace, each escape counted as one byte, and the scan
+  stops as soon as it is past the limit, before the rest of the body is read.
+  `json_oversized` is the same scan of a whole body.
 
 Anything unexpected (not the shape of a send, not valid bytes) is left to the decoder.
 """
