@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
 from gateway.transcode import dumps
-from service.inputs.early import SendScan
+from service.inputs.early import PartLimits, SendScan
 
 JSON_MEDIA_TYPE = "application/json"
 A2A_MEDIA_TYPE = "application/a2a+json"
@@ -44,6 +44,13 @@ def check_content_type(content_type: str | None) -> None:
             raise UnsupportedMediaTypeError(
                 f"charset {value.strip()!r} is not supported; send UTF-8 JSON."
             )
+
+
+def may_hold_oversized(request: Request, limits: PartLimits) -> bool:
+    """Whether the body may hold a part too large for any media type: not when its declared
+    length is within both part limits (the common small send is read without a scan)."""
+    length = request.headers.get("content-length")
+    return not (length is not None and length.isdigit() and limits.fits_length(int(length)))
 
 
 async def read_body(

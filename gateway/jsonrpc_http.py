@@ -21,7 +21,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import read_json_body
+from gateway.body import may_hold_oversized, read_json_body
 from gateway.dispatch import JSONRPC, HttpOptions, forward, forward_error
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
@@ -55,11 +55,12 @@ class JsonRpcEndpoint:
         self.v03 = V03JsonRpcDispatcher(invoker, service, pipeline) if compat_v03 else None
         self.options = options
 
-    def _scan(self, version: str | None) -> SendScan | None:
+    def _scan(self, request: Request, version: str | None) -> SendScan | None:
         """The scan of a send's body as it arrives (the methods whose parts it knows: 1.0's,
-        and v0.3's when a v0.3 call would serve them), None without part limits."""
+        and v0.3's when a v0.3 call would serve them); None without part limits or for a
+        body too short to hold a part past them."""
         limits = self.options.part_limits
-        if limits is None:
+        if limits is None or not may_hold_oversized(request, limits):
             return None
         methods = JSONRPC_SENDS
         if self.v03 is not None and (not version or is_v03_version(version)):
@@ -82,7 +83,7 @@ class JsonRpcEndpoint:
         try:
             if request.method != "POST":
                 raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
-            scan = self._scan(version)
+            scan = self._scan(request, version)
             raw = await read_json_body(request, self.options.max_body_bytes, scan)
             refused = self._refused_early(scan)
             if refused is not None:

@@ -19,7 +19,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import read_json_body
+from gateway.body import may_hold_oversized, read_json_body
 from gateway.dispatch import REST_A2A, HttpOptions, forward, forward_error, rest_codec
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
@@ -126,7 +126,11 @@ async def routed(
     body = None
     if route.body:
         scan = None
-        if part_limits is not None and route.method.name in SENDS:
+        if (
+            part_limits is not None
+            and route.method.name in SENDS
+            and may_hold_oversized(request, part_limits)
+        ):
             scan = SendScan(part_limits, shape)
         raw = await read_json_body(request, max_body_bytes, scan)
         if scan is not None and scan.found is not None:

@@ -9,6 +9,7 @@ import asyncio
 import json
 
 import grpc
+import httpx
 import pytest
 
 from gen import a2a_v0_3_pb2 as v03
@@ -173,3 +174,20 @@ async def test_a_v03_grpc_send_is_refused_from_its_wire_bytes(svc):
     assert violations[0][0] == "message.parts[1].raw", violations
     # said as the wire walk says it (the policy would name the media type)
     assert "is 300.0 KiB; inline raw parts may be at most 256.0 KiB" in info.value.details()
+
+
+async def test_a_large_send_within_the_limits_is_read_whole_and_served(svc):
+    """Scanned as it arrives, and nothing found: the body read is the whole body."""
+    data = {"rows": [{"name": "item", "value": n} for n in range(1500)]}  # ~50 KiB each
+    parts = [{"data": data}, {"text": "and"}, {"data": data}]
+    doc = {"message": {"messageId": "ok-1", "role": "ROLE_USER", "parts": parts}}
+    raw = json.dumps(doc).encode()
+    assert 64 * KIB < len(raw) < 256 * KIB  # past the text limit: scanned
+    pieces = [raw[i : i + 5000] for i in range(0, len(raw), 5000)]
+    status, body, sent, used_up = await chunked_post(svc.http_port, "/message:send", pieces, JSON)
+    assert status == 200 and used_up and sent == len(raw), body
+    assert body["task"]["status"]["state"] == "TASK_STATE_COMPLETED", body
+    rpc = {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": doc}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=30) as h:
+        r = await h.post("/", content=json.dumps(rpc).encode(), headers=JSON)
+    assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", r.text[:300]
