@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
 from gateway.transcode import dumps
+from service.inputs.early import PartLimits, SendScan
 
 JSON_MEDIA_TYPE = "application/json"
 A2A_MEDIA_TYPE = "application/a2a+json"
@@ -45,13 +46,29 @@ def check_content_type(content_type: str | None) -> None:
             )
 
 
-async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The raw body, bounded by `limit` bytes (the max_request_bytes setting)."""
+def may_hold_oversized(request: Request, limits: PartLimits) -> bool:
+    """Whether the body may hold a part too large for any media type: not when its declared
+    length is within both part limits (the common small send is read without a scan)."""
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    return not (length is not None and length.isdigit() and limits.fits_length(int(length)))
+
+
+async def read_body(
+    request: Request, limit: int = MAX_BODY_BYTES, scan: SendScan | None = None
+) -> bytes:
+    """The raw body, bounded by `limit` bytes (the max_request_bytes setting): a declared
+    length past it is refused before anything is read, a chunked body as soon as its count
+    passes it. With `scan` (a send), each chunk is scanned as it arrives and reading stops
+    at the first part known to be too large for any media type (`scan.found`): what was
+    read is returned, and the rest is never held."""
+    length = request.headers.get("content-length")
+    declared = int(length) if length is not None and length.isdigit() else None
+    if declared is not None and declared > limit:
         raise PayloadTooLargeError(f"The request body exceeds {limit} bytes.")
-    if length is not None and length.isdigit():
-        return await _read_into(request, int(length))
+    if scan is not None and (declared is None or not scan.limits.fits_length(declared)):
+        return await _read_scanned(request, limit, scan)
+    if declared is not None:
+        return await _read_into(request, declared)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -62,9 +79,20 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
+async def _read_scanned(request: Request, limit: int, scan: SendScan) -> bytes:
+    """The body fed to `scan` chunk by chunk, until its end or a refusal."""
+    async for chunk in request.stream():
+        if len(scan.buf) + len(chunk) > limit:
+            raise PayloadTooLargeError(f"The request body exceeds {limit} bytes.")
+        if scan.feed(chunk) is not None:
+            return scan.body()
+    scan.finish()
+    return scan.body()
+
+
 async def _read_into(request: Request, length: int) -> bytes:
     """A body of a declared length, read into one buffer of that size: held once, not
-    as chunks and then their join (a refused 10 MiB body costs 10 MiB, not 20)."""
+    as chunks and then their join."""
     body = bytearray(length)
     size = 0
     async for chunk in request.stream():
@@ -79,10 +107,12 @@ async def _read_into(request: Request, length: int) -> bytes:
     return body  # type: ignore[return-value]
 
 
-async def read_json_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+async def read_json_body(
+    request: Request, limit: int = MAX_BODY_BYTES, scan: SendScan | None = None
+) -> bytes:
     """The body of a request that must be JSON: the content type is checked first."""
     check_content_type(request.headers.get("content-type"))
-    return await read_body(request, limit)
+    return await read_body(request, limit, scan)
 
 
 def rest_media_type(accept: str | None) -> str:

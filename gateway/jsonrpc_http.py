@@ -21,7 +21,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import read_json_body
+from gateway.body import may_hold_oversized, read_json_body
 from gateway.dispatch import JSONRPC, HttpOptions, forward, forward_error
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
@@ -32,7 +32,7 @@ from gateway.transcode import parse_json_body
 from gateway.v03_jsonrpc import V03JsonRpcDispatcher, is_v03_method
 from service.api import CallContext
 from service.calls.pipeline import Pipeline
-from service.inputs.early import json_oversized, json_rpc_send
+from service.inputs.early import JSONRPC_SENDS, V03_JSONRPC, V03_SENDS, SendScan
 from service.protocol.params import VERSION_KEY, is_v03_version
 
 
@@ -55,27 +55,37 @@ class JsonRpcEndpoint:
         self.v03 = V03JsonRpcDispatcher(invoker, service, pipeline) if compat_v03 else None
         self.options = options
 
-    def _refused_early(self, raw: bytes) -> Response | None:
-        """A send whose part is too large for any media type, answered before its body is
-        parsed (the error under the request's id)."""
+    def _scan(self, request: Request, version: str | None) -> SendScan | None:
+        """The scan of a send's body as it arrives (the methods whose parts it knows: 1.0's,
+        and v0.3's when a v0.3 call would serve them); None without part limits or for a
+        body too short to hold a part past them."""
         limits = self.options.part_limits
-        if limits is None or limits.fits(raw):
+        if limits is None or not may_hold_oversized(request, limits):
             return None
-        send, rid = json_rpc_send(raw)
-        refused = json_oversized(raw, limits, enveloped=True) if send else None
-        if refused is None:
+        methods = JSONRPC_SENDS
+        if self.v03 is not None and (not version or is_v03_version(version)):
+            methods = {**JSONRPC_SENDS, **dict.fromkeys(V03_SENDS, V03_JSONRPC)}
+        return SendScan(limits, methods=methods)
+
+    def _refused_early(self, scan: SendScan | None) -> Response | None:
+        """A send whose part is too large for any media type, answered before its body is
+        read whole or parsed (the error under the request's id, as its version says it)."""
+        if scan is None or scan.found is None:
             return None
-        return forward(
-            ErrorReply.of(refused, Envelope(rid), "JSON-RPC send"), JSONRPC, self.options
-        )
+        if scan.method in V03_SENDS and self.v03 is not None:
+            reply = self.v03.refusal(scan.found, scan.rid, str(scan.method))
+        else:
+            reply = ErrorReply.of(scan.found, Envelope(scan.rid), "JSON-RPC send")
+        return forward(reply, JSONRPC, self.options)
 
     async def handle(self, request: Request, caller: Caller) -> Response:
         version = sent_version(caller, request.query_params)  # before the body
         try:
             if request.method != "POST":
                 raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
-            raw = await read_json_body(request, self.options.max_body_bytes)
-            refused = self._refused_early(raw)
+            scan = self._scan(request, version)
+            raw = await read_json_body(request, self.options.max_body_bytes, scan)
+            refused = self._refused_early(scan)
             if refused is not None:
                 return refused
             doc = parse_json_body(raw)

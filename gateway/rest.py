@@ -19,7 +19,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import read_json_body
+from gateway.body import may_hold_oversized, read_json_body
 from gateway.dispatch import REST_A2A, HttpOptions, forward, forward_error, rest_codec
 from gateway.errors import MethodNotAllowedError
 from gateway.invoker import Invoker
@@ -29,7 +29,7 @@ from gateway.routes import Route, Router, route_table, with_post_aliases
 from gateway.transcode import build_request, parse_json_body, resolve_path
 from service.calls import record
 from service.calls.pipeline import Pipeline
-from service.inputs.early import SENDS, PartLimits, json_oversized
+from service.inputs.early import PROTO_JSON, SENDS, PartLimits, PartShape, SendScan
 from service.protocol.errors import MethodNotFoundError
 
 
@@ -102,11 +102,13 @@ async def routed(
     what: str,
     max_body_bytes: int,
     part_limits: PartLimits | None = None,
+    shape: PartShape = PROTO_JSON,
 ) -> tuple[Route, dict[str, str], Any]:
     """The route `request` takes (named on the call's record and span), its path variables,
     and its parsed JSON body (None when the route takes none or the body is empty); an
     unknown path or method is refused naming what is allowed. With `part_limits`, a
-    send's part too large for any media type is refused before the body is parsed."""
+    send's part too large for any media type (its parts where `shape` says) is refused
+    as soon as it is read, before the rest of the body is."""
     raw_path = request.scope.get("raw_path")
     path = raw_path.decode("latin-1") if raw_path else request.url.path
     match = router.match(request.method, path)
@@ -123,11 +125,19 @@ async def routed(
     record.name_route(route.template)
     body = None
     if route.body:
-        raw = await read_json_body(request, max_body_bytes)
-        if part_limits is not None and route.method.name in SENDS:
-            refused = json_oversized(raw, part_limits)
-            if refused is not None:  # refused from its bytes, before parsing
-                raise refused
+        scan = None
+        if (
+            part_limits is not None
+            and route.method.name in SENDS
+            and may_hold_oversized(request, part_limits)
+        ):
+            scan = SendScan(part_limits, shape)
+        raw = await read_json_body(request, max_body_bytes, scan)
+        if scan is not None and scan.found is not None:
+            # refused from its bytes, before the rest was read; the error's traceback keeps
+            # this frame until a collection: it must not keep what was read with it
+            refused, scan, raw = scan.found, None, b""
+            raise refused
         if raw.strip():
             body = parse_json_body(raw)
     return route, match.path_vars, body

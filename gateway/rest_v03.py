@@ -41,6 +41,7 @@ from gen import a2a_v0_3_pb2 as v03
 from service.api import CallContext
 from service.calls.pipeline import Pipeline
 from service.engine.stream import NumberedEvents
+from service.inputs.early import V03_REST
 from service.protocol import v03_proto
 from service.protocol.errors import (
     A2AError,
@@ -186,6 +187,7 @@ class RestV03Endpoint:
                 "A2A v0.3",
                 self.options.max_body_bytes,
                 self.options.part_limits,
+                V03_REST,
             )
             name = route.method.name
             cls = self.request_classes[name]

@@ -174,6 +174,14 @@ class V03JsonRpcDispatcher:
             for name, m in METHODS.items()
         }
 
+    def refusal(self, err: A2AError, rid: Any, name: str) -> Reply:
+        """`err`, found in the request's bytes before they were parsed, answered as this
+        dispatcher answers a refused `name` call with id `rid`."""
+        current = record.current()
+        if current is not None:
+            current.binding = BINDING
+        return ErrorReply.of(err, V03Envelope(rid, _nothing), f"JSON-RPC {name}")
+
     async def dispatch(self, doc: Any, call: Callable[[], CallContext]) -> Reply:
         """Answer the v0.3 request document `doc`; `call` builds its call context once the
         request is valid."""

@@ -30,11 +30,12 @@ from google.protobuf.message import Message as ProtoMessage
 
 from gen import a2a_pb2 as pb
 from gen import a2a_pb2_grpc
+from gen import a2a_v0_3_pb2 as v03
 from service.api import A2AApi, CallContext
 from service.auth.schemes import CallMetadata, call_metadata
 from service.calls.pipeline import Pipeline
 from service.calls.record import CANCELLED, OK, Call
-from service.inputs.early import PartLimits, proto_oversized
+from service.inputs.early import WIRE, WIRE_V03, PartLimits, WireShape, proto_oversized
 from service.net.limits import CallLimit
 from service.protocol.errors import A2AError, InvalidRequestError
 from service.protocol.event_ids import (
@@ -286,13 +287,16 @@ def make_servicer(
 # ----------------------------------------------------------------------------- registration
 
 
-def _parser(cls: Any, parts: PartLimits | None = None) -> Callable[[bytes], Any]:
-    """`cls.FromString`, tolerant; with `parts` (a send), a part too large for any media
-    type is refused from the wire bytes before anything is decoded."""
+def _parser(
+    cls: Any, parts: PartLimits | None = None, shape: WireShape | None = None
+) -> Callable[[bytes], Any]:
+    """`cls.FromString`, tolerant; with `parts` and `shape` (a send of either version), a
+    part too large for any media type is refused from the wire bytes before anything is
+    decoded."""
 
     def parse(data: bytes) -> Any:
-        if parts is not None:
-            refused = proto_oversized(data, parts)
+        if parts is not None and shape is not None:
+            refused = proto_oversized(data, parts, shape)
             if refused is not None:
                 return Undecodable(cls.DESCRIPTOR.full_name, refused)
         try:
@@ -335,6 +339,12 @@ def _refusing_undecodable(behavior: Handler) -> Handler:
     return unary
 
 
+_SEND_SHAPES = {  # the request of each version's sends, and where its parts are
+    pb.SendMessageRequest.DESCRIPTOR.full_name: WIRE,
+    v03.SendMessageRequest.DESCRIPTOR.full_name: WIRE_V03,
+}
+
+
 def add_servicer(
     servicer: Any,
     server: grpc.aio.Server,
@@ -363,8 +373,7 @@ def add_servicer(
         handlers[method.name] = make(
             behavior,
             request_deserializer=_parser(
-                request_cls,
-                parts if method.input_type is pb.SendMessageRequest.DESCRIPTOR else None,
+                request_cls, parts, _SEND_SHAPES.get(method.input_type.full_name)
             ),
             response_serializer=response_cls.SerializeToString,
         )

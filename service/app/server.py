@@ -347,7 +347,11 @@ class Service:
         calls = CallLimit(s.grpc_max_concurrent_calls)  # one limit for both versions
         add_servicer(make_servicer(self.api, self.pipeline, calls), server, parts=part_limits(s))
         add_servicer(
-            make_v03_servicer(self.api, self.pipeline, calls), server, V03_SERVICE, pipelined=True
+            make_v03_servicer(self.api, self.pipeline, calls),
+            server,
+            V03_SERVICE,
+            pipelined=True,
+            parts=part_limits(s),
         )
         if s.grpc_jsonrpc:  # JSON-RPC inside gRPC, over the API in process
             self.envelope = JsonRpcEnvelopeServicer(
