@@ -130,6 +130,8 @@ def test_bench_quick_produces_every_row(tmp_path):
         "transports_http_jsonrpc",
         "transports_unix",
         "transports_unix_shared",
+        "transports_websocket",
+        "transports_websocket_shared",
     }
     for key, row in transports.items():
         assert row["errors"] == 0, (key, row["first_error"])
