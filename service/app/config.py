@@ -29,6 +29,7 @@ from service.engine.settings import ClusterSettings, validate_cluster
 from service.inputs.policy import InputSettings, validate_inputs
 from service.net.limits import NetSettings, validate_netlimits
 from service.net.local import LocalTransportSettings, validate_local_transports
+from service.net.redis_streams import RedisStreamsSettings, url_secrets, validate_redis_streams
 from service.net.websocket import WebSocketSettings, validate_websocket
 from service.ops.logs import LogSettings, validate_logs
 from service.ops.readiness import ProbeSettings, validate_probes
@@ -80,6 +81,7 @@ class Settings(
     NetSettings,
     LocalTransportSettings,
     WebSocketSettings,
+    RedisStreamsSettings,
     UnknownFieldSettings,
     FileSettings,
     PermissionSettings,
@@ -383,6 +385,7 @@ def validate(s: Settings) -> None:
         validate_netlimits,
         validate_local_transports,
         validate_websocket,
+        validate_redis_streams,
         validate_files,
         validate_unknown_fields,
         validate_permissions,
@@ -413,4 +416,5 @@ def secrets(s: Settings) -> list[str]:
         *security.configured_secrets(s),
         *([s.card_signing_secret] if s.card_signing_secret else []),
         *s.push_secret_keys,
+        *url_secrets(s.redis_streams_url),
     ]

@@ -25,6 +25,7 @@ import grpc
 from gateway.health import probe_app
 from gateway.invoker import Invoker
 from gateway.server import HttpServer
+from gateway.transports.redis_streams import RedisStreamsTransport
 from gateway.transports.stdio import Pipes, StdioTransport
 from gateway.transports.unix import UnixSocketTransport
 from gateway.transports.websocket import WebSocketTransport
@@ -44,6 +45,7 @@ from service.engine.redis_bus import RedisBus
 from service.engine.registry import Engine
 from service.engine.settings import ClusterSettings, open_bus, shares_ports
 from service.net.limits import grpc_server_options
+from service.net.redis_streams import public_url
 from service.ops.looplag import LoopLag
 from service.ops.readiness import Readiness
 from service.permission.policy import policy_from_settings as permission_policy
@@ -422,6 +424,31 @@ async def websocket_serving(
     """The WebSocket transport (served by the HTTP listener); at close its sockets are
     closed (1001) before the listener stops."""
     log.info("JSON-RPC over WebSocket at %s", url)
+    try:
+        yield transport
+    finally:
+        await transport.close()
+
+
+@asynccontextmanager
+async def redis_streams_serving(
+    transport: RedisStreamsTransport,
+) -> AsyncIterator[RedisStreamsTransport]:
+    """The consumer group joined and reading; at close what is unanswered stays pending
+    for another replica."""
+    where = public_url(transport.url)
+    with setting("redis_streams_url"):
+        try:
+            await transport.start()
+        except RuntimeError as exc:
+            raise StartupError(f"redis_streams_url: cannot use {where} ({exc})") from None
+    log.info(
+        "JSON-RPC on Redis Streams %s: stream %s, group %s, consumer %s",
+        where,
+        transport.stream,
+        transport.group,
+        transport.consumer,
+    )
     try:
         yield transport
     finally:

@@ -38,6 +38,7 @@ from gateway.server import HttpServer
 from gateway.telemetry import TelemetryMiddleware
 from gateway.transports import grpc_envelope
 from gateway.transports.grpc_envelope import JsonRpcEnvelopeServicer
+from gateway.transports.redis_streams import RedisStreamsTransport
 from gateway.transports.session import FramedJsonRpc, binding_uri
 from gateway.transports.stdio import Pipes, StdioTransport
 from gateway.transports.unix import PeerPrincipals, UnixSocketTransport
@@ -81,6 +82,7 @@ from service.inputs.policy import part_limits, policy_from_settings
 from service.inputs.workspace import StoreContextLookup
 from service.net.limits import CallLimit, connection_cap, raise_nofile_limit
 from service.net.local import peer_principals, socket_mode
+from service.net.redis_streams import public_url
 from service.ops import logs
 from service.ops.looplag import LoopLag
 from service.ops.readiness import Readiness, from_health
@@ -174,6 +176,7 @@ class Service:
     envelope: JsonRpcEnvelopeServicer | None = None  # `grpc_jsonrpc`: JSON-RPC inside gRPC
     websocket: WebSocketTransport | None = None  # `websocket_path`: on the HTTP listener
     framed: FramedJsonRpc | None = None  # the one JSON-RPC of the transports of our own
+    redis_streams: RedisStreamsTransport | None = None  # `redis_streams_url`
     # Set when the service's input is over (end of stdin): `serve` stops as on SIGTERM.
     input_ended: asyncio.Event = field(default_factory=asyncio.Event)
     _parts: AsyncExitStack = field(default_factory=AsyncExitStack)  # what start() opened
@@ -373,7 +376,7 @@ class Service:
     async def _enter_transports(self, stack: AsyncExitStack, pipes: Pipes | None) -> None:
         """The JSON-RPC transports of our own that are configured (gateway/transports)."""
         s = self.settings
-        if pipes is None and not s.unix_socket:
+        if pipes is None and not s.unix_socket and not s.redis_streams_url:
             return
         assert self.invoker is not None
         framed = self._framed(self.invoker)
@@ -399,6 +402,20 @@ class Service:
                 max_connections=connection_cap(s),
             )
             self.unix = await stack.enter_async_context(parts.unix_socket_serving(unix))
+        if s.redis_streams_url:
+            streams = RedisStreamsTransport(
+                framed,
+                s.redis_streams_url,
+                stream=s.redis_streams_request_stream,
+                group=s.redis_streams_group,
+                max_in_flight=s.redis_streams_max_in_flight,
+                reclaim_seconds=s.redis_streams_reclaim_seconds,
+                reply_maxlen=s.redis_streams_reply_maxlen,
+                reply_ttl_seconds=s.redis_streams_reply_ttl_seconds,
+            )
+            self.redis_streams = await stack.enter_async_context(
+                parts.redis_streams_serving(streams)
+            )
 
     def _api(self, engine: Engine, cards: Cards, blobs: LocalBlobStore) -> A2AApi:
         s = self.settings
@@ -634,7 +651,9 @@ class Service:
         `stdio:` (its card is read over stdio with GetExtendedAgentCard, or elsewhere
         as a note that the agent runs as a subprocess too); the unix socket's is `unix:`
         and the socket's absolute path; the WebSocket's the HTTP base as `ws://` (`wss://`)
-        with its path."""
+        with its path; Redis Streams' is the Redis URL without its credentials (the
+        request stream is named in docs, not in the URL: redis-py would read a query
+        parameter as a connection option)."""
         s = self.settings
         places: list[tuple[str, str]] = []
         if s.stdio:
@@ -646,6 +665,8 @@ class Service:
             places.append((grpc_url, grpc_envelope.TRANSPORT))
         if s.websocket_path and self.http is not None:
             places.append((self._websocket_url(), "websocket"))
+        if s.redis_streams_url:
+            places.append((public_url(s.redis_streams_url), "redis-streams"))
         return [interface(url, binding_uri(name)) for url, name in places]
 
     def _framed(self, invoker: Invoker) -> FramedJsonRpc:
@@ -734,7 +755,9 @@ class Service:
             http=self.http,
             phase=self._phase,
             transports=[
-                t for t in (self.stdio, self.unix, self.envelope, self.websocket) if t is not None
+                t
+                for t in (self.stdio, self.unix, self.envelope, self.websocket, self.redis_streams)
+                if t is not None
             ],
         )
         self._parts.push_async_callback(drain, draining)  # pushed last: it runs first
@@ -785,8 +808,9 @@ _safe_store = redact_url  # the store (or bus) URL without credentials, for logs
 
 
 def ready_line(service: Service) -> tuple[str, dict[str, Any]]:
-    """`A2A service ready: grpc=PORT http=PORT grpc-jsonrpc unix stdio` (each part only when it serves;
-    `grpc=off` with gRPC turned off) and its fields for a JSON record."""
+    """`A2A service ready: grpc=PORT http=PORT grpc-jsonrpc unix redis-streams stdio` (each
+    part only when it serves; `grpc=off` with gRPC turned off) and its fields for a JSON
+    record."""
     fields: dict[str, Any] = {}
     words = ["grpc=off"]
     if service.settings.grpc_port >= 0:  # proxy mode says grpc=0, as it always did
@@ -801,6 +825,9 @@ def ready_line(service: Service) -> tuple[str, dict[str, Any]]:
     if service.unix is not None:
         words.append("unix")
         fields["unix_socket"] = True
+    if service.redis_streams is not None:
+        words.append("redis-streams")
+        fields["redis_streams"] = True
     if service.stdio is not None:
         words.append("stdio")
         fields["stdio"] = True
