@@ -6,7 +6,7 @@ never shown: messages, logs and the agent card get `public_url`, without credent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from service.setting import SECONDS, at_least, between, check_section, rule, setting
 from service.store import redact_url
@@ -25,7 +25,7 @@ def public_url(url: str) -> str:
     query = ""
     if parts.scheme == "unix":
         query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k == "db"])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def url_secrets(url: str) -> list[str]:
