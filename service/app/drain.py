@@ -7,7 +7,8 @@ stack closes (the parts are then closed in reverse start order, service/app/part
 2. Wait `drain_grace_seconds` (at most `drain_seconds`; only once the service served) so
    load balancers notice.
 3. Close the gate: new calls are refused with UNAVAILABLE / 503 + Retry-After; the
-   transports of our own with a listener (the unix socket) stop accepting connections.
+   transports of our own with a listener stop taking requests (the unix socket its
+   connections, Redis Streams its reads).
 4. Wait while turns run or requests are in flight (HTTP, the transports of our own),
    until `drain_seconds` from step 1.
 5. End open streams with an UNAVAILABLE error that says they can be resumed (the proxy's
@@ -55,7 +56,8 @@ class Health(Protocol):
 
 
 class Transport(Protocol):
-    """A transport of our own (gateway/transports: stdio, the unix socket), as drained."""
+    """A transport of our own (gateway/transports: stdio, the unix socket, Redis Streams),
+    as drained."""
 
     def in_flight(self) -> int: ...
 
