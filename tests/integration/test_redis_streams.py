@@ -361,3 +361,50 @@ async def _wait_for_async(probe: Any) -> Any:
         assert time.monotonic() < deadline, "waited in vain"
         await asyncio.sleep(0.05)
     return found
+
+
+async def test_requests_left_by_a_dead_consumer_are_taken_over(start_service, redis_url):
+    """Requests a consumer read and never answered (a replica gone) are taken over after
+    redis_streams_reclaim_seconds and answered once with their attempt; one delivered too
+    often already gets an error instead of another run."""
+    stream, group = names()
+    reply_stream = f"{stream}:reply"
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.xgroup_create(stream, group, id="0", mkstream=True)
+        for n in (1, 2):
+            doc = {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": message("hi")}
+            fields = {
+                "correlation_id": f"c{n}",
+                "reply_stream": reply_stream,
+                "payload": json.dumps(doc),
+            }
+            await client.xadd(stream, fields)  # type: ignore[arg-type]
+        read: Any = await client.xreadgroup(group, "gone", {stream: ">"}, count=2)
+        second = read[0][1][1][0]
+        # the second was taken up five times already by replicas that died
+        await client.xclaim(stream, group, "gone", 0, [second], retrycount=5)
+        await start_service(
+            store="memory:",
+            redis_streams_url=redis_url,
+            redis_streams_request_stream=stream,
+            redis_streams_group=group,
+            redis_streams_reclaim_seconds=0.5,
+        )
+        answers: list[dict[bytes, bytes]] = []
+        deadline = time.monotonic() + WAIT
+        while len(answers) < 2 and time.monotonic() < deadline:
+            got: Any = await client.xread({reply_stream: b"0-0"}, block=500)
+            answers = [fields for _id, fields in got[0][1]] if got else []
+        by_id = {a[b"correlation_id"]: a for a in answers}
+        assert set(by_id) == {b"c1", b"c2"}, answers
+        assert by_id[b"c1"][b"attempt"] == b"2" and by_id[b"c2"][b"attempt"] == b"6"
+        done = json.loads(by_id[b"c1"][b"payload"])
+        assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        refused = json.loads(by_id[b"c2"][b"payload"])["error"]
+        assert refused["code"] == -32603 and "not tried again" in refused["message"]
+        assert await client.xlen(stream) == 0
+        assert (await client.xpending(stream, group))["pending"] == 0
+    finally:
+        await client.delete(stream, reply_stream)
+        await client.aclose()
