@@ -44,34 +44,43 @@ PASSWORD = "s3cret-" + uuid.uuid4().hex[:12]
 BINDING = "urn:a2a-service:binding:redis-streams"
 
 
+def _redis_server(port: int, password: str) -> subprocess.Popen[bytes]:
+    """A redis-server on `port` (no persistence, a password), answering when returned."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing_part("redis-server NOT FOUND: Redis Streams transport tests NOT RUN")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--requirepass", password],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis.from_url(
+        f"redis://:{password}@127.0.0.1:{port}/0", socket_connect_timeout=1
+    )
+    deadline = time.monotonic() + 10
+    try:
+        while True:
+            try:
+                client.ping()
+                return proc
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    proc.kill()
+                    raise
+                time.sleep(0.05)
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="module")
 def redis_url():
     """A redis-server of this module's own (free port, no persistence, a password), killed
     at the end."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        missing_part("redis-server NOT FOUND: Redis Streams transport tests NOT RUN")
     port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--requirepass", PASSWORD],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
+    proc = _redis_server(port, PASSWORD)
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        client.close()
-        yield url
+        yield f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
     finally:
         proc.kill()
         proc.wait(10)
@@ -408,3 +417,37 @@ async def test_requests_left_by_a_dead_consumer_are_taken_over(start_service, re
     finally:
         await client.delete(stream, reply_stream)
         await client.aclose()
+
+
+async def test_redis_away_and_back(start_service):
+    """Redis restarts (empty: no persistence): the replica logs, makes its group again and
+    answers the next request."""
+    port = free_port()
+    url = f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
+    proc = _redis_server(port, PASSWORD)
+    try:
+        stream, group = names()
+        await start_service(
+            store="memory:",
+            redis_streams_url=url,
+            redis_streams_request_stream=stream,
+            redis_streams_group=group,
+        )
+        client = await StreamsClient.open(url, stream)
+        try:
+            assert "result" in await client.call("ListTasks", {}, V1)
+        finally:
+            await client.aclose()
+        proc.kill()
+        proc.wait(10)
+        await asyncio.sleep(1.5)  # the replica's reads fail meanwhile
+        proc = _redis_server(port, PASSWORD)
+        client = await StreamsClient.open(url, stream)
+        try:
+            answer = await client.call("SendMessage", message("hello"), V1)
+            assert result(answer)["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        finally:
+            await client.aclose()
+    finally:
+        proc.kill()
+        proc.wait(10)
