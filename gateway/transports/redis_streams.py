@@ -242,7 +242,7 @@ class RedisStreamsTransport:
                         # read as the drain began: left pending, for another replica
                 pause = BACKOFF_SECONDS[0]
             except ResponseError as exc:
-                if "NOGROUP" in str(exc):  # the stream or group was deleted: make them again
+                if any(w in str(exc) for w in ("NOGROUP", "UNBLOCKED")):  # stream deleted
                     log.warning("redis_streams: the group was gone; making it again")
                     with contextlib.suppress(*OUTAGE):
                         await self._ensure_group()
