@@ -109,7 +109,7 @@ def to_dict(message: Message) -> dict[str, Any] | None:
         return None
     try:
         return _render(message, descriptor, 0)
-    except _Unsure:
+    except (_Unsure, ValueError, json_format.Error):  # json_format words its own failure
         return None
 
 

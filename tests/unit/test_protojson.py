@@ -196,3 +196,14 @@ def test_unknown_enum_numbers_and_well_known_types_at_the_top_are_json_formats()
     assert to_dict(task) is None
     assert to_json_dict(task)["status"] == {"state": 99}
     assert to_dict(pb.google_dot_protobuf_dot_struct__pb2.Struct()) is None  # type: ignore[attr-defined]
+
+
+def test_a_value_json_format_cannot_write_fails_as_json_format_fails() -> None:
+    task = pb.Task(id="t")
+    task.status.timestamp.seconds = 10**12  # past year 9999: no RFC 3339 form
+    assert to_dict(task) is None
+    with pytest.raises(json_format.Error) as slow:
+        json_format.MessageToDict(task)
+    with pytest.raises(json_format.Error) as fast:
+        to_json_dict(task)
+    assert str(fast.value) == str(slow.value)
