@@ -17,6 +17,9 @@ HTTP status; streams are SSE whose events are JSON-RPC responses.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from google.protobuf.descriptor import ServiceDescriptor
 from starlette.requests import Request
 from starlette.responses import Response
@@ -34,6 +37,8 @@ from service.api import CallContext
 from service.calls.pipeline import Pipeline
 from service.inputs.early import JSONRPC_SENDS, V03_JSONRPC, V03_SENDS, SendScan
 from service.protocol.params import VERSION_KEY, is_v03_version
+
+_NO_QUERY: Mapping[str, str] = MappingProxyType({})
 
 
 class JsonRpcEndpoint:
@@ -79,7 +84,9 @@ class JsonRpcEndpoint:
         return forward(reply, JSONRPC, self.options)
 
     async def handle(self, request: Request, caller: Caller) -> Response:
-        version = sent_version(caller, request.query_params)  # before the body
+        # Most calls have no query string: no parsing of one (starlette's QueryParams).
+        query = request.query_params if request.scope.get("query_string") else _NO_QUERY
+        version = sent_version(caller, query)  # before the body
         try:
             if request.method != "POST":
                 raise MethodNotAllowedError("The JSON-RPC endpoint accepts only POST.", ["POST"])
@@ -94,12 +101,12 @@ class JsonRpcEndpoint:
         if self.v03 is not None and (not version or is_v03_version(version)) and is_v03_method(doc):
             reply = await self.v03.dispatch(
                 doc,
-                lambda: call_context(caller, request.headers, request.query_params, v03=True),
+                lambda: call_context(caller, request.headers, query, v03=True),
             )
         else:
             reply = await self.dispatcher.dispatch(
                 doc,
-                lambda: call_context(caller, request.headers, request.query_params),
+                lambda: call_context(caller, request.headers, query),
                 CallContext(
                     metadata={VERSION_KEY: version} if version else {},
                     default_version=HTTP_DEFAULT_VERSION,

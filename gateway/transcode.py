@@ -3,7 +3,9 @@
 A request is assembled as one JSON object, freed of the members that name no
 field (or, in strict mode, refused at the first one: `known_fields_only`, see
 gateway/unknown_fields.py) and parsed once with `google.protobuf.json_format`,
-which still refuses any value a field cannot hold:
+which still refuses any value a field cannot hold (the plain shapes of a send are read,
+and answers written, by protojson.py's per-type plans, which give json_format's result
+or step aside for it):
 
 - the body, when the rule has `body: "*"` (or under the named body field);
 - path variables, which must agree with the same field in the body;
@@ -31,6 +33,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from gateway.protojson import from_dict, to_dict
 from service.protocol.errors import A2AError, InvalidParamsError, JSONParseError, invalid_field
 from service.protocol.params import VERSION_KEY
 
@@ -285,6 +288,9 @@ def build_request(
                     path, "is set by the URL path or body; it cannot be a query parameter"
                 )
             _set_nested(document, chain, _query_value(chain, values), "query")
+    fast = from_dict(document, cls, reject_unknown=reject_unknown)
+    if fast is not None:
+        return fast
     document = known_fields_only(document, descriptor, reject=reject_unknown)
     message = cls()
     try:
@@ -423,7 +429,8 @@ def _top_level_defaults(descriptor: Descriptor) -> tuple[tuple[str, Any], ...]:
 
 def to_json_dict(message: Message) -> dict[str, Any]:
     """ProtoJSON of a response message (top-level scalar fields always present)."""
-    out: dict[str, Any] = json_format.MessageToDict(message)
+    fast = to_dict(message)
+    out: dict[str, Any] = json_format.MessageToDict(message) if fast is None else fast
     for key, default in _top_level_defaults(message.DESCRIPTOR):
         if key not in out:
             out[key] = default

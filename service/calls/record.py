@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextvars
 import time
+from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from service.telemetry.describe import describe
@@ -41,18 +43,34 @@ REQUEST_SPAN: contextvars.ContextVar[hub.Call | None] = contextvars.ContextVar(
 def task_id_of(message: Message) -> str:
     """The task a request or reply is about ('' if none): Task.id, the `id` of the task
     requests, any `task_id`, or that of the message / payload it carries."""
-    descriptor = message.DESCRIPTOR
-    if descriptor.name in _ID_IS_TASK:
-        return str(getattr(message, "id", ""))
-    fields = descriptor.fields_by_name
-    if "task_id" in fields:
-        return str(getattr(message, "task_id", ""))
-    if "payload" in descriptor.oneofs_by_name:
+    where, name = _task_id_rule(message.DESCRIPTOR)
+    if where == _FIELD:
+        return str(getattr(message, name, ""))
+    if where == _PAYLOAD:
         which = message.WhichOneof("payload")
         return task_id_of(getattr(message, which)) if which else ""
-    if "message" in fields and message.HasField("message"):
+    if where == _MESSAGE and message.HasField("message"):
         return task_id_of(message.message)
     return ""
+
+
+_NONE, _FIELD, _PAYLOAD, _MESSAGE = range(4)
+
+
+@cache
+def _task_id_rule(descriptor: Descriptor) -> tuple[int, str]:
+    """Where a message type keeps its task id (looked up once per type, on every call's
+    request and answer)."""
+    if descriptor.name in _ID_IS_TASK:
+        return _FIELD, "id"
+    fields = descriptor.fields_by_name
+    if "task_id" in fields:
+        return _FIELD, "task_id"
+    if "payload" in descriptor.oneofs_by_name:
+        return _PAYLOAD, ""
+    if "message" in fields:
+        return _MESSAGE, ""
+    return _NONE, ""
 
 
 class LineWriter(Protocol):
