@@ -190,6 +190,23 @@ async def run_load(
     return latencies, time.perf_counter() - start, errors, first_error
 
 
+async def measured_round(server: ServerProcess, load) -> dict:
+    """One measured round: `load()` (a `run_load` coroutine) with the server's and this
+    process's CPU taken around it, as `summarize_rounds` reads a round."""
+    cpu0, cli0 = server.cpu_seconds(), time.process_time()
+    latencies, elapsed, errors, first_error = await load()
+    cpu1, cli1 = server.cpu_seconds(), time.process_time()
+    return {
+        "requests": len(latencies),
+        "elapsed_s": elapsed,
+        "errors": errors,
+        "first_error": first_error,
+        "latencies": latencies,
+        "server_cpu_s": cpu1 - cpu0,
+        "client_cpu_s": cli1 - cli0,
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of seconds, returned in milliseconds."""
     if not values:

@@ -14,10 +14,17 @@ import json
 import pathlib
 import statistics
 import sys
-import time
 import uuid
 
-from tests.bench.common import HOST, ROOT, ServerProcess, run_load, serve_argv, summarize_rounds
+from tests.bench.common import (
+    HOST,
+    ROOT,
+    ServerProcess,
+    measured_round,
+    run_load,
+    serve_argv,
+    summarize_rounds,
+)
 
 PY = sys.executable
 ECHO_TEXT = "hello bench"
@@ -157,23 +164,12 @@ async def measure(server: ServerProcess, path: str, rest: bool, echo: bool, args
             raise AssertionError(f"{server.name}: HTTP {status}: {body[:300]!r}")
         check_body(body, rest, echo)
         await drive(conns, template, args.warmup, 0)
-        cpu0, cli0 = server.cpu_seconds(), time.process_time()
-        latencies, elapsed, errors, first_error = await drive(
-            conns, template, args.duration, args.requests
+        return await measured_round(
+            server, lambda: drive(conns, template, args.duration, args.requests)
         )
-        cpu1, cli1 = server.cpu_seconds(), time.process_time()
     finally:
         for conn in conns:
             conn.close()
-    return {
-        "requests": len(latencies),
-        "elapsed_s": elapsed,
-        "errors": errors,
-        "first_error": first_error,
-        "latencies": latencies,
-        "server_cpu_s": cpu1 - cpu0,
-        "client_cpu_s": cli1 - cli0,
-    }
 
 
 V03 = "v0.3"  # the row's "path": `message/send` on `POST /` with A2A-Version 0.3

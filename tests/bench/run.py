@@ -65,6 +65,7 @@ from tests.bench.common import (
     METADATA,
     ROOT,
     ServerProcess,
+    measured_round,
     percentile,
     run_load,
     send_request,
@@ -161,20 +162,9 @@ async def measure_send(server: ServerProcess, args, sent_check: bool) -> dict:
             ECHO_TEXT if sent_check else None,
         )
         await drive(stub, args.concurrency, args.warmup, 0)
-        cpu0, cli0 = server.cpu_seconds(), time.process_time()
-        latencies, elapsed, errors, first_error = await drive(
-            stub, args.concurrency, args.duration, args.requests
+        return await measured_round(
+            server, lambda: drive(stub, args.concurrency, args.duration, args.requests)
         )
-        cpu1, cli1 = server.cpu_seconds(), time.process_time()
-    return {
-        "requests": len(latencies),
-        "elapsed_s": elapsed,
-        "errors": errors,
-        "first_error": first_error,
-        "latencies": latencies,
-        "server_cpu_s": cpu1 - cpu0,
-        "client_cpu_s": cli1 - cli0,
-    }
 
 
 async def bench_send(args, tmp: pathlib.Path) -> list[dict]:

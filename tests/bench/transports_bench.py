@@ -14,12 +14,17 @@ import asyncio
 import pathlib
 import statistics
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tests.bench.common import ServerProcess, run_load, serve_argv, summarize_rounds
+from tests.bench.common import (
+    ServerProcess,
+    measured_round,
+    run_load,
+    serve_argv,
+    summarize_rounds,
+)
 from tests.bench.http_bench import Connection, RequestTemplate, _jsonrpc_body
 from tests.bench.unix_bench import LineCaller, SharedLine
 from tests.bench.ws_bench import SharedSocket, WsCaller
@@ -127,23 +132,12 @@ async def measure(row: Row, server: ServerProcess, tmp: pathlib.Path, args) -> d
         if problem is not None:
             raise AssertionError(f"{row.key}: {problem}")
         await run_load(callers, row.call, args.warmup, 0)
-        cpu0, cli0 = server.cpu_seconds(), time.process_time()
-        latencies, elapsed, errors, first_error = await run_load(
-            callers, row.call, args.duration, args.requests
+        return await measured_round(
+            server, lambda: run_load(callers, row.call, args.duration, args.requests)
         )
-        cpu1, cli1 = server.cpu_seconds(), time.process_time()
     finally:
         for caller in {id(c): c for c in callers}.values():
             row.close(caller)
-    return {
-        "requests": len(latencies),
-        "elapsed_s": elapsed,
-        "errors": errors,
-        "first_error": first_error,
-        "latencies": latencies,
-        "server_cpu_s": cpu1 - cpu0,
-        "client_cpu_s": cli1 - cli0,
-    }
 
 
 async def bench_transports(args, tmp: pathlib.Path) -> list[dict]:
