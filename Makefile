@@ -28,9 +28,9 @@ run: setup  ## run the service (python -m service serve)
 	$(PY) -m service serve
 
 # What every commit must pass before the tests: formatting, lint, types, import layers.
-check: setup  ## ruff format --check, ruff check, mypy (service/, gateway/, a2a_call/, a2a_cards/), the import contracts
-	$(PY) -m ruff format --check service gateway a2a_call a2a_cards tests proto/codegen.py deploy
-	$(PY) -m ruff check service gateway a2a_call a2a_cards tests proto/codegen.py deploy
+check: setup  ## ruff format --check, ruff check, mypy (service/, gateway/, a2a_call/, a2a_cards/, a2a_wire/), the import contracts
+	$(PY) -m ruff format --check service gateway a2a_call a2a_cards a2a_wire tests proto/codegen.py deploy
+	$(PY) -m ruff check service gateway a2a_call a2a_cards a2a_wire tests proto/codegen.py deploy
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
@@ -60,7 +60,7 @@ test-faults: setup  ## the long fault-injection run: kill -9, PostgreSQL and Red
 lint: setup tools  ## buf lint the proto, ruff check the Python
 	$(PY) proto/codegen.py image build/a2a.binpb
 	$(BUF) lint build/a2a.binpb --path a2a.proto --path jsonrpc_envelope.proto
-	$(PY) -m ruff check service gateway a2a_call a2a_cards tests
+	$(PY) -m ruff check service gateway a2a_call a2a_cards a2a_wire tests
 
 gen: setup  ## regenerate the gRPC code under gen/ from proto/
 	$(PY) proto/codegen.py

@@ -32,9 +32,9 @@ from a2a_call.client import (
     connect,
 )
 from a2a_call.errors import CallError, Exit, classify
-from a2a_call.metadata import take_event_id
 from a2a_call.render import EXIT_OF_STATE, Printer, message_text, state_name
 from a2a_call.safe import printable
+from a2a_wire.event_ids import take_event_id
 
 INTERRUPTED = (sdk.TASK_STATE_INPUT_REQUIRED, sdk.TASK_STATE_AUTH_REQUIRED)
 TERMINAL = (

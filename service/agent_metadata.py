@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from service.protocol.event_ids import NAMESPACE as NAMESPACE  # this service's metadata key
+from a2a_wire.event_ids import NAMESPACE as NAMESPACE  # this service's metadata key
 
 EXTENSION_URI = "urn:a2a-service:metadata:v1"
 EXTENSION_DESCRIPTION = (

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
+from a2a_wire.event_ids import EVENT_ID_KEY, MAX_DIGITS, NAMESPACE
+from a2a_wire.event_ids import take_event_id as take_digits
 from service.protocol.errors import invalid_field
 
 RESUME_KEY = "last-event-id"  # gRPC request metadata (HTTP: the Last-Event-ID header)
-NAMESPACE = "a2a_service"  # this service's key in the protocol's metadata objects
-EVENT_ID_KEY = "eventId"  # the event's number in that namespace (gRPC streams)
 
 
 def resume_point(raw: str | None, name: str) -> int | None:
@@ -34,7 +34,7 @@ def resume_point(raw: str | None, name: str) -> int | None:
     if raw is None or not raw.strip():
         return None
     raw = raw.strip()
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_DIGITS:
         shown = raw if len(raw) <= 40 else raw[:40] + "..."
         raise invalid_field(name, f"must be an event id this server sent (a number), got {shown!r}")
     return int(raw)
@@ -63,27 +63,9 @@ def with_event_id(event: Message, seq: int | None) -> Message:
 
 
 def take_event_id(event: Message) -> int | None:
-    """The number a relayed gRPC event carries (None when none), removed from it in place
-    (with the namespace and the metadata, when nothing else is left in them)."""
-    which = event.WhichOneof("payload")
-    if which is None:
-        return None
-    payload = getattr(event, which)
-    if not payload.HasField("metadata"):
-        return None
-    fields = payload.metadata.fields
-    if NAMESPACE not in fields or not fields[NAMESPACE].HasField("struct_value"):
-        return None
-    inner = fields[NAMESPACE].struct_value.fields
-    if EVENT_ID_KEY not in inner:
-        return None
-    raw = inner[EVENT_ID_KEY].string_value
-    del inner[EVENT_ID_KEY]
-    if not inner:
-        del fields[NAMESPACE]
-    if not fields:
-        payload.ClearField("metadata")
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else None
+    """The number a relayed gRPC event carries (None when none), removed from it in place."""
+    raw = take_digits(event)
+    return None if raw is None else int(raw)
 
 
 def opens_replay(event: Message, seq: int | None, resume_after: int | None) -> bool:

@@ -1,6 +1,6 @@
 """The import contracts in pyproject.toml ([tool.importlinter]): layers whose imports only
-point down, no import circles inside any package, and the client (`a2a_call`), the card
-code it shares with the server (`a2a_cards`) and the server kept apart. They hold for the
+point down, no import circles inside any package, and the client (`a2a_call`), the code
+it shares with the server (`a2a_cards`, `a2a_wire`) and the server kept apart. They hold for the
 tree, and they catch an upward import (function-local ones too), a circle, and an import
 across the client/server line when one is added."""
 
@@ -30,7 +30,7 @@ def _lint(tree) -> subprocess.CompletedProcess:
 @pytest.fixture
 def tree(tmp_path):
     """A copy of the packages and the contracts, to break on purpose."""
-    for package in ("service", "gateway", "gen", "a2a_call", "a2a_cards"):
+    for package in ("service", "gateway", "gen", "a2a_call", "a2a_cards", "a2a_wire"):
         shutil.copytree(
             ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -67,7 +67,7 @@ def test_a_circle_inside_a_package_breaks_the_contracts(tree):
 
 
 CLIENT = "The client imports nothing of the server"
-SHARED = "The shared card code imports neither the server nor the client"
+SHARED = "The shared code imports neither the server nor the client"
 SERVER = "The server imports nothing of the client"
 BINDINGS = "Bindings import the pipeline, never each other"
 PIPELINE = "The call pipeline imports no binding"
@@ -76,7 +76,9 @@ PEERS = "Peers knows the engine only through its protocols"
 
 def test_the_client_server_contracts_are_declared():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    assert {"service", "gateway", "gen", "a2a_call", "a2a_cards"} <= set(config["root_packages"])
+    assert {"service", "gateway", "gen", "a2a_call", "a2a_cards", "a2a_wire"} <= set(
+        config["root_packages"]
+    )
     forbidden = {
         c["name"]: (set(c["source_modules"]), set(c["forbidden_modules"]), c.get("ignore_imports"))
         for c in config["contracts"]
@@ -84,7 +86,7 @@ def test_the_client_server_contracts_are_declared():
     }
     assert forbidden == {
         CLIENT: ({"a2a_call"}, {"service", "gateway"}, None),
-        SHARED: ({"a2a_cards"}, {"service", "gateway", "a2a_call"}, None),
+        SHARED: ({"a2a_cards", "a2a_wire"}, {"service", "gateway", "a2a_call"}, None),
         # `python -m service call ...` hands over to the client: the one allowed import
         SERVER: ({"service", "gateway"}, {"a2a_call"}, ["service.app.cli -> a2a_call.cli"]),
         BINDINGS: ({"gateway"}, {"service.grpc_binding"}, None),
@@ -104,7 +106,7 @@ def test_the_client_server_contracts_are_declared():
         ),
     }
     [acyclic] = [c for c in config["contracts"] if c["type"] == "acyclic_siblings"]
-    assert {"a2a_call", "a2a_cards"} <= set(acyclic["ancestors"])
+    assert {"a2a_call", "a2a_cards", "a2a_wire"} <= set(acyclic["ancestors"])
 
 
 @pytest.mark.parametrize(
@@ -114,6 +116,7 @@ def test_the_client_server_contracts_are_declared():
         ("a2a_call/safe.py", "gateway.server", CLIENT),
         ("a2a_cards/keys.py", "service.cards.card", SHARED),
         ("a2a_cards/fetch.py", "a2a_call.safe", SHARED),
+        ("a2a_wire/event_ids.py", "service.protocol.errors", SHARED),
         ("service/cards/signing.py", "a2a_call.client", SERVER),
         ("gateway/health.py", "a2a_call.errors", SERVER),
         ("gateway/invoker.py", "service.grpc_binding", BINDINGS),
