@@ -22,7 +22,7 @@ _FINISHED_INDEX = (
 )
 
 BUSY_TIMEOUT_S = 10.0  # how long writes wait for another process's write lock
-_MMAP_BYTES = 256 * 1024 * 1024  # read database pages through mmap (fewer syscalls)
+_MMAP_BYTES = 256 * 1024 * 1024  # readers read database pages through mmap (fewer syscalls)
 # When the WAL starts over its file is cut back to this size, below the checkpoint
 # mark (else the file's size would keep calling for checkpoints).
 _WAL_SIZE_LIMIT = 4 * 1024 * 1024
@@ -98,7 +98,10 @@ def connect(path: str, *, writer: bool) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
         conn.execute("PRAGMA cache_size = -32000")  # 32 MiB
         conn.execute("PRAGMA temp_store = MEMORY")
-        conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
+        # Readers map the file; the writer does not: every page a commit touches would stay
+        # mapped into the process (RSS growing with the database while streams write it),
+        # and it reads few pages that its cache does not hold.
+        conn.execute(f"PRAGMA mmap_size = {0 if writer else _MMAP_BYTES}")
         if writer:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
