@@ -19,6 +19,7 @@ from typing import Any
 from gen import a2a_pb2 as pb
 from service.agent import NAMESPACE, FileSource, metadata_struct
 from service.engine.bus import EventBus
+from service.engine.chunks import Chunks
 from service.engine.files import FileArtifacts
 from service.permission.envelope import namespace_of
 from service.protocol.errors import InternalError, InvalidAgentResponseError, UnavailableError
@@ -66,7 +67,8 @@ class TaskRun:
         self.scope = scope
         self.task_id = task_id
         self.context_id = context_id
-        self.task = task  # None until the first non-reply emission materializes it
+        self._task = task  # None until the first non-reply emission materializes it
+        self._chunks = Chunks()  # parts appended to its artifacts, not yet merged into it
         self.seq = seq
         self.key = task_key(scope, task_id)
         self.ready: asyncio.Future[None] | None = None  # set while the task is being loaded
@@ -121,12 +123,25 @@ class TaskRun:
     # ---- state -----------------------------------------------------------
 
     @property
+    def task(self) -> pb.Task | None:
+        """The whole snapshot (the appended chunks merged in first: reading it costs them
+        their arena memory again, so the per-event path keeps to `_task`)."""
+        if self._chunks and self._task is not None:
+            self._chunks.merge_into(self._task)
+        return self._task
+
+    @task.setter
+    def task(self, task: pb.Task | None) -> None:
+        self._chunks.clear()
+        self._task = task
+
+    @property
     def state(self) -> int:
-        return self.task.status.state if self.task is not None else pb.TASK_STATE_SUBMITTED
+        return self._task.status.state if self._task is not None else pb.TASK_STATE_SUBMITTED
 
     @property
     def settled(self) -> bool:
-        return self.direct_reply is not None or (self.task is not None and self.state in SETTLED)
+        return self.direct_reply is not None or (self._task is not None and self.state in SETTLED)
 
     @property
     def agent_alive(self) -> bool:
@@ -192,7 +207,7 @@ class TaskRun:
 
     def materialize(self) -> None:
         """Create the task (SUBMITTED) from the first message; event 1 is its snapshot."""
-        if self.task is not None:
+        if self._task is not None:
             return
         if self.direct_reply is not None:
             raise InvalidAgentResponseError("The agent already answered with a direct message.")
@@ -221,16 +236,19 @@ class TaskRun:
         self._check_open()
         self.materialize()
         self._ensure_working()
-        assert self.task is not None
-        existing = next(
-            (a for a in self.task.artifacts if a.artifact_id == artifact.artifact_id), None
+        task = self._task
+        assert task is not None
+        index = next(
+            (i for i, a in enumerate(task.artifacts) if a.artifact_id == artifact.artifact_id),
+            None,
         )
-        if existing is not None and append:
-            existing.parts.extend(artifact.parts)
-        elif existing is not None:
-            existing.CopyFrom(artifact)
+        if index is not None and append:
+            self._chunks.append(index, artifact)  # kept encoded until the task is read
+        elif index is not None:
+            self._chunks.drop(index)
+            task.artifacts[index].CopyFrom(artifact)
         else:
-            self.task.artifacts.append(artifact)
+            task.artifacts.append(artifact)
         event, update = self._update_event("artifact_update", metadata)
         update.artifact.CopyFrom(artifact)
         update.append = append
@@ -255,7 +273,7 @@ class TaskRun:
     def reply(self, message: pb.Message) -> None:
         """A direct answer: a Message and no task, if nothing else was emitted yet."""
         self._check_open()
-        if self.task is not None:
+        if self._task is not None:
             # The task already exists (follow-up turn, or returnImmediately): the reply completes it.
             self._set_status(pb.TASK_STATE_COMPLETED, message, None)
             return
@@ -276,7 +294,7 @@ class TaskRun:
         """Engine-made terminal state (cancel, failure, restart recovery)."""
         if self.broken or self.direct_reply is not None:
             return
-        if self.task is not None and self.state in TERMINAL:
+        if self._task is not None and self.state in TERMINAL:
             return
         self.materialize()
         msg = pb.Message(message_id=f"{self.task_id}-{self.seq + 1}", role=pb.ROLE_AGENT)
@@ -286,24 +304,24 @@ class TaskRun:
 
     def service_metadata(self) -> dict[str, Any]:
         """This service's namespace of the task's own metadata, as plain data."""
-        return namespace_of(self.task, NAMESPACE)
+        return namespace_of(self._task, NAMESPACE)
 
     def set_service_metadata(self, values: dict[str, Any]) -> None:
         """Replace that namespace in the snapshot; the next commit stores it."""
         self._check_open()
         self.materialize()
-        assert self.task is not None
+        assert self._task is not None
         if values:
-            self.task.metadata[NAMESPACE] = values
-        elif NAMESPACE in self.task.metadata.fields:
-            del self.task.metadata.fields[NAMESPACE]
+            self._task.metadata[NAMESPACE] = values
+        elif NAMESPACE in self._task.metadata.fields:
+            del self._task.metadata.fields[NAMESPACE]
 
     def _check_open(self) -> None:
         if self.broken:
             raise UnavailableError("This task can no longer be stored here.", retry_after=1.0)
         if self.direct_reply is not None:
             raise InvalidAgentResponseError("The agent already answered with a direct message.")
-        if self.task is not None and self.state in TERMINAL:
+        if self._task is not None and self.state in TERMINAL:
             raise InvalidAgentResponseError(
                 f"The task is already {state_name(self.state)}; no further events are allowed."
             )
@@ -315,14 +333,14 @@ class TaskRun:
     def _set_status(
         self, state: pb.TaskState, message: pb.Message | None, metadata: dict[str, Any] | None
     ) -> None:
-        assert self.task is not None
-        status = self.task.status
+        assert self._task is not None
+        status = self._task.status
         status.Clear()
         status.state = state
         micros_to_timestamp(now_micros(), status.timestamp)
         if message is not None:
             status.message.CopyFrom(message)
-            self.task.history.append(message)
+            self._task.history.append(message)
         event, update = self._update_event("status_update", metadata)
         update.status.CopyFrom(status)
         self._queue(event)
@@ -372,7 +390,7 @@ class TaskRun:
                 if self._pace and self.agent_alive and self.input_waiter is None:
                     await self._linger()
                 batch, self._pending = self._pending, []
-                assert self.task is not None
+                assert self._task is not None
                 if self.claim is not None:
                     claim, self.claim = self.claim, None
                     if self.agent_alive:
@@ -401,7 +419,7 @@ class TaskRun:
         the commit or the retries are given up; then, as on any other failure, the events
         that were not stored are dropped and the next one reuses their numbers. False when
         `batch` was not stored."""
-        assert self.task is not None
+        assert self._task is not None
         todo = list(batch)  # the part not stored yet (an ambiguous commit may store a prefix)
         pause = COMMIT_RETRY_SECONDS[0]
         while True:
@@ -413,12 +431,14 @@ class TaskRun:
             started = time.perf_counter() if trace is not None else 0.0
             try:
                 # save() serializes before it yields, so later mutations cannot leak in.
+                # With chunks kept encoded (service.engine.chunks), the stored snapshot is
+                # composed from them: `snapshot`, given only then.
+                extra: dict[str, Any] = {}
+                if self._chunks:
+                    extra["snapshot"] = self._chunks.serialize(self._task)
                 if self.first_commit_configs:
-                    await self.store.save(
-                        self.scope, self.task, todo, configs=self.first_commit_configs
-                    )
-                else:
-                    await self.store.save(self.scope, self.task, todo)
+                    extra["configs"] = self.first_commit_configs
+                await self.store.save(self.scope, self._task, todo, **extra)
             except Exception as exc:
                 if trace is not None:
                     trace.committed(len(todo), time.perf_counter() - started, failed=True)

@@ -73,10 +73,16 @@ class TaskStore(Protocol):
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
+        snapshot: bytes | None = None,
     ) -> None:
         """Insert or replace the task snapshot and append its new events, atomically; with
         `configs`, also put those push configs in the same write (a new task's configs go
         with its first events, so no config exists without its task).
+
+        `snapshot`: the whole task already encoded, when the caller has it so (a live run
+        keeps the chunks appended to its artifacts encoded, service.engine.chunks); it is
+        what is stored, and `task` then only gives the row's columns (id, context, status)
+        and may lack those chunks.
 
         Returns only after the write is durable (survives kill -9 of this process).
         Order of calls is order of commit.

@@ -33,9 +33,10 @@ class MemoryTaskStore:
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
+        snapshot: bytes | None = None,
     ) -> None:
         key = (scope, task.id)
-        self._tasks[key] = task.SerializeToString()
+        self._tasks[key] = task.SerializeToString() if snapshot is None else snapshot
         if events:
             self._events.setdefault(key, []).extend(events)
         for config in configs:

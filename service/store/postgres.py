@@ -141,6 +141,7 @@ class PostgresTaskStore(SqlReads):
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
+        snapshot: bytes | None = None,
     ) -> None:
         # Serialized now, so later changes to `task` by the caller are not stored.
         args = (
@@ -151,7 +152,7 @@ class PostgresTaskStore(SqlReads):
             int(task.status.state),
             status_micros(task),
             events[-1].seq if events else 0,
-            task.SerializeToString(),
+            task.SerializeToString() if snapshot is None else snapshot,
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
         )

@@ -163,6 +163,7 @@ class SqliteTaskStore(SqlReads):
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
+        snapshot: bytes | None = None,
     ) -> None:
         # Serialized now, so later mutations of `task` by the caller are not stored.
         args = (
@@ -172,7 +173,7 @@ class SqliteTaskStore(SqlReads):
             task.context_id,
             int(task.status.state),
             status_micros(task),
-            task.SerializeToString(),
+            task.SerializeToString() if snapshot is None else snapshot,
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
         )

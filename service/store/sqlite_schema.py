@@ -22,7 +22,9 @@ _FINISHED_INDEX = (
 )
 
 BUSY_TIMEOUT_S = 10.0  # how long writes wait for another process's write lock
-_MMAP_BYTES = 256 * 1024 * 1024  # read database pages through mmap (fewer syscalls)
+_MMAP_BYTES = 256 * 1024 * 1024  # readers read database pages through mmap (fewer syscalls)
+_READER_CACHE_KIB = 32000
+_WRITER_CACHE_KIB = 4000
 # When the WAL starts over its file is cut back to this size, below the checkpoint
 # mark (else the file's size would keep calling for checkpoints).
 _WAL_SIZE_LIMIT = 4 * 1024 * 1024
@@ -96,9 +98,14 @@ def connect(path: str, *, writer: bool) -> sqlite3.Connection:
     )
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        conn.execute("PRAGMA cache_size = -32000")  # 32 MiB
+        # Pages in the connection's own cache. A reader's (32 MiB) serves GetTask/ListTasks;
+        # the writer touches the tables' right edges and interior pages, which a small
+        # cache holds, and a large one would keep every page a commit ever wrote (RSS
+        # growing with the database while streams write it, as the mapping below would).
+        conn.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB if writer else _READER_CACHE_KIB}")
         conn.execute("PRAGMA temp_store = MEMORY")
-        conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
+        # Readers map the file; the writer does not (see its cache above).
+        conn.execute(f"PRAGMA mmap_size = {0 if writer else _MMAP_BYTES}")
         if writer:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":

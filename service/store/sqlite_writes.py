@@ -65,9 +65,12 @@ _COUNT_ADD = (
 # What the batch's tasks were before it (a join on the primary key: `IN (VALUES ...)`
 # would scan the table).
 _STORED_STATES = (
-    "SELECT t.tenant, t.owner, t.id, t.context_id, t.state FROM (VALUES {values}) AS k"
-    " JOIN tasks AS t ON t.tenant = k.column1 AND t.owner = k.column2 AND t.id = k.column3"
+    "SELECT t.tenant, t.owner, t.id, t.context_id, t.state, t.status_us FROM (VALUES {values})"
+    " AS k JOIN tasks AS t ON t.tenant = k.column1 AND t.owner = k.column2 AND t.id = k.column3"
 )
+# A task whose indexed columns stay as they are (an artifact chunk, most events of a
+# stream): only its snapshot changes, and no index entry is rewritten.
+_SNAPSHOT_UPDATE = "UPDATE tasks SET snapshot = ? WHERE tenant = ? AND owner = ? AND id = ?"
 _PUT_CONFIG = sql.put_config(sql.SQLITE)
 _DELETE_CONFIG = sql.delete_config(sql.SQLITE)
 
@@ -104,20 +107,27 @@ def _count_keys(context_id: str, state: int) -> set[tuple[str, int]]:
     return {("", 0), (context_id, 0), ("", state), (context_id, state)}
 
 
-def _count_changes(
+def _stored_columns(
     conn: sqlite3.Connection, latest: dict[_TaskKey, tuple[Any, ...]], created: set[_TaskKey]
+) -> dict[_TaskKey, tuple[str, int, int]]:
+    """(context, state, status_us) of the batch's tasks as stored before it (none for the
+    `created` ones, nor for tasks not stored yet)."""
+    return {
+        (tenant, owner, task_id): (context_id, state, status_us)
+        for cursor in _each_chunk(conn, _STORED_STATES, 3, [k for k in latest if k not in created])
+        for tenant, owner, task_id, context_id, state, status_us in cursor
+    }
+
+
+def _count_changes(
+    latest: dict[_TaskKey, tuple[Any, ...]], before: dict[_TaskKey, tuple[str, int, int]]
 ) -> list[tuple[Any, ...]]:
     """task_counts rows to add to, from each task's stored (context, state) before this
-    batch (none for the `created` ones) to its last one in it; changes to one row are
-    summed."""
-    before = {
-        (tenant, owner, task_id): (context_id, state)
-        for cursor in _each_chunk(conn, _STORED_STATES, 3, [k for k in latest if k not in created])
-        for tenant, owner, task_id, context_id, state in cursor
-    }
+    batch to its last one in it; changes to one row are summed."""
     delta: dict[tuple[str, str, str, int], int] = {}
     for key, row in latest.items():
-        now, was = (row[3], row[4]), before.get(key)
+        now, stored = (row[3], row[4]), before.get(key)
+        was = None if stored is None else stored[:2]
         if now == was:
             continue
         changes = [(now, 1)] if was is None else [(was, -1), (now, 1)]
@@ -145,13 +155,25 @@ def _w_save_many(conn: sqlite3.Connection, saves: list[tuple[Any, ...]]) -> None
         if args[7]:
             runs.setdefault(key, []).extend(args[7])
     created = {key for key, evs in runs.items() if evs[0][0] == 1}
-    counts = _count_changes(conn, latest, created)
+    before = _stored_columns(conn, latest, created)
+    counts = _count_changes(latest, before)
     if counts:
         _insert(conn, _COUNT_ADD, 5, counts)
     if created:
         _insert(conn, _TASK_INSERT, 7, [row for key, row in latest.items() if key in created])
     if len(created) < len(latest):
-        _insert(conn, _TASK_UPSERT, 7, [row for key, row in latest.items() if key not in created])
+        changed, same = [], []
+        for key, row in latest.items():
+            if key in created:
+                continue
+            if before.get(key) == (row[3], row[4], row[5]):
+                same.append((row[6], *key))
+            else:
+                changed.append(row)
+        if changed:
+            _insert(conn, _TASK_UPSERT, 7, changed)
+        if same:
+            conn.executemany(_SNAPSHOT_UPDATE, same)
     if runs:
         rows = [(*key, evs[-1][0], evs[0][0], pack_events(evs)) for key, evs in runs.items()]
         _insert(conn, _EVENT_INSERT, 6, rows)

@@ -42,10 +42,10 @@ def slow_saves(service: Service, delay: float) -> None:
     store = service.engine.store
     real = store.save
 
-    async def save(scope, task, events):
-        snapshot = pb.Task.FromString(task.SerializeToString())  # serialize before yielding
+    async def save(scope, task, events, snapshot=None):
+        task = pb.Task.FromString(snapshot or task.SerializeToString())  # before yielding
         await asyncio.sleep(delay)
-        await real(scope, snapshot, events)
+        await real(scope, task, events)
 
     store.save = save
 
@@ -186,9 +186,9 @@ async def test_a_running_agents_events_share_commits_and_its_end_commits_at_once
         saves: list[int] = []
         real = s.engine.store.save
 
-        async def counting(scope, task, events):
+        async def counting(scope, task, events, **more):
             saves.append(len(events))
-            await real(scope, task, events)
+            await real(scope, task, events, **more)
 
         s.engine.store.save = counting
         # A pace of 60 s: the answer still comes at once, because the agent's end ends the wait.

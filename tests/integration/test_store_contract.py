@@ -191,6 +191,33 @@ async def test_upsert_replaces_snapshot(store):
     assert (await store.list(A, TaskQuery(state=COMPLETED))).total_size == 1
 
 
+async def test_a_snapshot_alone_changes_and_the_given_encoding_is_stored(store):
+    """The same state and status time, a new snapshot (an artifact chunk): stored, in one
+    batch with a task that changes state too, the counts unchanged; `snapshot` bytes,
+    when given, are what is stored."""
+    first = make_task("t", state=WORKING, us=10)
+    other = make_task("u", state=WORKING, us=10)
+    await store.save(A, first, [status_event(first, 1)])
+    await store.save(A, other, [status_event(other, 1)])
+    chunked = make_task("t", state=WORKING, us=10)
+    chunked.artifacts.add(artifact_id="a").parts.add(text="one")
+    done = make_task("u", state=COMPLETED, us=20)
+    await asyncio.gather(
+        store.save(
+            A,
+            make_task("t", state=WORKING, us=10),
+            [status_event(first, 2)],
+            snapshot=chunked.SerializeToString(),
+        ),
+        store.save(A, done, [status_event(done, 2)]),
+    )
+    assert await store.get(A, "t") == chunked
+    assert await store.get(A, "u") == done
+    assert (await store.list(A, TaskQuery(state=WORKING))).total_size == 1
+    assert (await store.list(A, TaskQuery(state=COMPLETED))).total_size == 1
+    assert (await store.list(A, TaskQuery())).total_size == 2
+
+
 async def test_scope_isolation(store):
     task = make_task("shared", context_id="ctx", state=WORKING)
     await store.save(A, task, [status_event(task, 1), status_event(task, 2)])

@@ -34,14 +34,14 @@ class FaultyStore(MemoryTaskStore):
         self.lose_answer_at: int | None = None  # a commit holding this seq: stored, then failed
         self.attempts = 0
 
-    async def save(self, scope, task, events, configs=()) -> None:
+    async def save(self, scope, task, events, configs=(), snapshot=None) -> None:
         self.attempts += 1
         if self.down:
             raise UnavailableError("the task store (test) is unreachable", retry_after=1.0)
         stored = await self.last_seq(scope, task.id)
         if events and events[0].seq <= stored:
             raise WriteConflict("another writer already stored these events of the task")
-        await super().save(scope, task, events, configs)
+        await super().save(scope, task, events, configs, snapshot)
         if self.lose_answer_at is not None and any(e.seq == self.lose_answer_at for e in events):
             self.lose_answer_at = None
             raise UnavailableError("the connection dropped before the answer", retry_after=1.0)
@@ -126,7 +126,7 @@ class RivalStore(MemoryTaskStore):
         super().__init__()
         self.at = at
 
-    async def save(self, scope, task, events, configs=()) -> None:
+    async def save(self, scope, task, events, configs=(), snapshot=None) -> None:
         if any(e.seq >= self.at for e in events):
             if await self.last_seq(scope, task.id) < self.at:
                 rival = pb.StreamResponse()
@@ -134,7 +134,7 @@ class RivalStore(MemoryTaskStore):
                 rival.status_update.status.state = pb.TASK_STATE_FAILED
                 await super().save(scope, task, [StoredEvent(self.at, rival)])
             raise WriteConflict("another writer already stored these events of the task")
-        await super().save(scope, task, events, configs)
+        await super().save(scope, task, events, configs, snapshot)
 
 
 async def test_another_writer_of_the_task_stops_the_run_without_writing_past_it():

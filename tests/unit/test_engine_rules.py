@@ -321,8 +321,10 @@ class BatchRecordingStore(MemoryTaskStore):
         super().__init__()
         self.batches: list[list[int]] = []
 
-    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
-        await super().save(scope, task, events)
+    async def save(
+        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot: bytes | None = None
+    ) -> None:
+        await super().save(scope, task, events, snapshot=snapshot)
         self.batches.append([e.seq for e in events])
         await asyncio.sleep(0.002)
 
@@ -375,10 +377,12 @@ class HeldStore(MemoryTaskStore):
         self.open = asyncio.Event()
         self.open.set()
 
-    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
-        snapshot = pb.Task.FromString(task.SerializeToString())  # as it is now
+    async def save(
+        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot: bytes | None = None
+    ) -> None:
+        now = pb.Task.FromString(snapshot or task.SerializeToString())  # as it is now
         await self.open.wait()
-        await super().save(scope, snapshot, events)
+        await super().save(scope, now, events)
 
 
 async def test_a_subscriber_that_joins_before_events_are_committed_sees_each_once():

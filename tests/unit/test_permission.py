@@ -112,10 +112,12 @@ def test_the_command_prompt_masks_secret_looking_values():
 class AuditRefusingStore(MemoryTaskStore):
     """Refuses every commit whose snapshot carries a permission audit record."""
 
-    async def save(self, scope: Scope, task: pb.Task, events: list[StoredEvent]) -> None:
+    async def save(
+        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot: bytes | None = None
+    ) -> None:
         if AUDIT_KEY in namespace_of(task, "a2a_service"):
             raise RuntimeError("disk full")
-        await super().save(scope, task, events)
+        await super().save(scope, task, events, snapshot=snapshot)
 
 
 async def test_an_automatic_allow_that_cannot_be_recorded_is_not_acted_on():
