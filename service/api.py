@@ -143,11 +143,6 @@ class A2AApi:
     # ---- messages ----------------------------------------------------------
 
     async def _start(
-        self, request: pb.SendMessageRequest, call: CallContext, stream: bool
-    ) -> tuple[Turn, int | None]:
-        return await self._start_admitted(self._admit(call, request), request, call, stream)
-
-    async def _start_admitted(
         self, scope: Scope, request: pb.SendMessageRequest, call: CallContext, stream: bool
     ) -> tuple[Turn, int | None]:
         message = request.message
@@ -217,7 +212,7 @@ class A2AApi:
     async def SendMessage(
         self, request: pb.SendMessageRequest, call: CallContext
     ) -> pb.SendMessageResponse:
-        turn, history = await self._start(request, call, stream=False)
+        turn, history = await self._start(self._admit(call, request), request, call, stream=False)
         if request.configuration.return_immediately:
             outcome = await self.engine.answer_now(turn)
         else:
@@ -232,7 +227,7 @@ class A2AApi:
         scope = self._admit(call, request)  # a draining server or a bad request comes first
         release = self._hold_stream(call)
         try:
-            turn, _ = await self._start_admitted(scope, request, call, stream=True)
+            turn, _ = await self._start(scope, request, call, stream=True)
         except BaseException:
             release()
             raise

@@ -9,7 +9,7 @@ sees the other only through these protocols, so neither imports the other.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Protocol
 
 from gen import a2a_pb2 as pb
@@ -55,7 +55,7 @@ class Local(Protocol):
         """Events of a task another process runs, snapshot first."""
         ...
 
-    async def send(self, scope: Scope, message: pb.Message, caller: Caller) -> Turn:
+    def send(self, scope: Scope, message: pb.Message, caller: Caller) -> Awaitable[Turn]:
         """Start or resume a turn here (a follow-up forwarded by another process)."""
         ...
 

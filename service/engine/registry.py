@@ -102,7 +102,7 @@ class Engine:
 
     # ---- SendMessage / SendStreamingMessage / CancelTask -----------------------
 
-    async def send(
+    def send(
         self,
         scope: Scope,
         message: pb.Message,
@@ -112,9 +112,12 @@ class Engine:
         stream: bool = False,
         before_start: Callable[[str], Awaitable[Sequence[pb.TaskPushNotificationConfig]]]
         | None = None,
-    ) -> Turn:
-        """Start a new task's turn or resume an interrupted task (see Commands.send)."""
-        return await self.commands.send(
+    ) -> Awaitable[Turn]:
+        """Start a new task's turn or resume an interrupted task (see Commands.send).
+
+        Hands back the commands' own coroutine: every send would otherwise pay for one
+        more coroutine frame that only forwards (as `wait` below)."""
+        return self.commands.send(
             scope,
             message,
             caller,
@@ -123,9 +126,9 @@ class Engine:
             before_start=before_start,
         )
 
-    async def wait(self, turn: Turn) -> pb.Message | pb.Task:
+    def wait(self, turn: Turn) -> Awaitable[pb.Message | pb.Task]:
         """Outcome of a blocking send: the direct reply or the settled task."""
-        return await self.commands.wait(turn)
+        return self.commands.wait(turn)
 
     async def accepted(self, run: TaskRun) -> pb.Task:
         """For returnImmediately: the task as soon as its creation (event 1) is committed."""

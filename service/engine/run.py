@@ -43,6 +43,48 @@ def task_key(scope: Scope, task_id: str) -> str:
 
 
 class TaskRun:
+    # Defaults every run starts with, set on the class: a new run (one per send) stores
+    # only what differs.
+    turn_file_bytes: int = 0  # stored by the current turn, for its limit
+    ready: asyncio.Future[None] | None = None  # set while the task is being loaded
+    turn: asyncio.Future[pb.Message | None] | None = None  # result: direct reply or None
+    agent_task: asyncio.Task[None] | None = None
+    input_waiter: asyncio.Future[pb.Message] | None = None
+    cancel_requested: bool = False
+    direct_reply: pb.Message | None = None
+    _flushing: bool = False  # a flush loop is draining _pending right now
+    _kick_scheduled: bool = False
+    _drained: asyncio.Future[None] | None = None  # resolved when a flush loop ends
+    # Set while the store does not take this run's commits (what waiters are told); the
+    # events stay queued and are retried. `broken`: the run stopped for good.
+    failed_commit: BaseException | None = None
+    broken: bool = False
+    _give_up: asyncio.Future[None] | None = None
+    # Push configs stored in the same write as the task's first events (Engine.send).
+    first_commit_configs: tuple[pb.TaskPushNotificationConfig, ...] = ()
+    _commit_signal: asyncio.Future[None] | None = None
+    _last_save: float = float("-inf")  # see `_pace` in __init__
+    _lingering: asyncio.Future[None] | None = None
+    # Turn limits and the stall watchdog (service.engine.limits, .watchdog): when the
+    # agent last emitted, whether this turn holds a concurrency slot, why the engine
+    # stopped the agent (None: it did not); the pause hook (ctx.ask()) is `_on_pause`.
+    watched: bool = False  # last_activity is kept only while a watchdog looks at it
+    last_activity: float = 0.0
+    holds_slot: bool = False
+    stop_reason: str | None = None
+    watch_handle: asyncio.TimerHandle | None = None
+    # Parking (Runs.park_after): the timer that parks this turn while it waits in
+    # ctx.ask(), and whether the agent's CancelledError is that parking (not a cancel).
+    park_handle: asyncio.TimerHandle | None = None
+    parking: bool = False
+    trace: hub.Turn | None = None  # the running turn's span (telemetry on)
+    # Several processes (service.engine.peers): `claim` records this process as the
+    # task's owner; a new task's turn makes it at its first commit, if its agent still
+    # runs then (a turn over by then needs no owner: nobody saw it working). `owned`:
+    # recorded, by that or by taking the task for a follow-up (released at the end).
+    claim: Callable[[], None] | None = None
+    owned: bool = False
+
     def __init__(
         self,
         *,
@@ -62,7 +104,6 @@ class TaskRun:
     ) -> None:
         self.store = store
         self.files = files  # None: this server stores no file artifacts
-        self.turn_file_bytes = 0  # stored by the current turn, for its limit
         self.bus = bus
         self.scope = scope
         self.task_id = task_id
@@ -71,54 +112,16 @@ class TaskRun:
         self._chunks = Chunks()  # parts appended to its artifacts, not yet merged into it
         self.seq = seq
         self.key = task_key(scope, task_id)
-        self.ready: asyncio.Future[None] | None = None  # set while the task is being loaded
-        self.turn: asyncio.Future[pb.Message | None] | None = None  # result: direct reply or None
-        self.agent_task: asyncio.Task[None] | None = None
-        self.input_waiter: asyncio.Future[pb.Message] | None = None
-        self.cancel_requested = False
-        self.direct_reply: pb.Message | None = None
         self.first_message = first_message  # a new task's history starts with it
         self._pending: list[StoredEvent] = []
-        self._flushing = False  # a flush loop is draining _pending right now
-        self._kick_scheduled = False
-        self._drained: asyncio.Future[None] | None = None  # resolved when a flush loop ends
         self._on_idle = on_idle
         self._on_commit = on_commit  # e.g. push delivery: sees every committed batch, in order
-        # Set while the store does not take this run's commits (what waiters are told); the
-        # events stay queued and are retried. `broken`: the run stopped for good.
-        self.failed_commit: BaseException | None = None
-        self.broken = False
-        self._give_up: asyncio.Future[None] | None = None
-        # Push configs stored in the same write as the task's first events (Engine.send).
-        self.first_commit_configs: tuple[pb.TaskPushNotificationConfig, ...] = ()
         self.committed_seq = seq
-        self._commit_signal: asyncio.Future[None] | None = None
         # While the agent is still emitting, a commit waits until `pace` after the
         # previous one, so a chatty agent's events share commits (a lone streaming
         # agent is what the store's own pacing cannot see: one writer, many events).
         self._pace = pace
-        self._last_save = float("-inf")
-        self._lingering: asyncio.Future[None] | None = None
-        # Turn limits and the stall watchdog (service.engine.limits, .watchdog): when the
-        # agent last emitted, whether this turn holds a concurrency slot, why the engine
-        # stopped the agent (None: it did not), and the pause hook (ctx.ask()).
-        self.watched = False  # last_activity is kept only while a watchdog looks at it
-        self.last_activity = 0.0
-        self.holds_slot = False
-        self.stop_reason: str | None = None
-        self.watch_handle: asyncio.TimerHandle | None = None
         self._on_pause = on_pause
-        # Parking (Runs.park_after): the timer that parks this turn while it waits in
-        # ctx.ask(), and whether the agent's CancelledError is that parking (not a cancel).
-        self.park_handle: asyncio.TimerHandle | None = None
-        self.parking = False
-        self.trace: hub.Turn | None = None  # the running turn's span (telemetry on)
-        # Several processes (service.engine.peers): `claim` records this process as the
-        # task's owner; a new task's turn makes it at its first commit, if its agent still
-        # runs then (a turn over by then needs no owner: nobody saw it working). `owned`:
-        # recorded, by that or by taking the task for a follow-up (released at the end).
-        self.claim: Callable[[], None] | None = None
-        self.owned = False
 
     # ---- state -----------------------------------------------------------
 

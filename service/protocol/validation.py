@@ -109,9 +109,16 @@ def check_history_length(request: ProtoMessage, field: str = "historyLength") ->
 
 def check_message(message: pb.Message, prefix: str = "message") -> None:
     """What the contract cannot say about an incoming message."""
-    check_id(message.message_id, f"{prefix}.messageId", required=True)
-    check_id(message.task_id, f"{prefix}.taskId")
-    check_id(message.context_id, f"{prefix}.contextId")
+    # Every send passes here: a field's name is only spelled out when it is refused.
+    message_id = message.message_id
+    if not message_id or not ID_PATTERN.fullmatch(message_id):
+        check_id(message_id, f"{prefix}.messageId", required=True)
+    task_id = message.task_id
+    if task_id and not ID_PATTERN.fullmatch(task_id):
+        check_id(task_id, f"{prefix}.taskId")
+    context_id = message.context_id
+    if context_id and not ID_PATTERN.fullmatch(context_id):
+        check_id(context_id, f"{prefix}.contextId")
     for i, ref in enumerate(message.reference_task_ids):
         check_id(ref, f"{prefix}.referenceTaskIds[{i}]", required=True)
     for i, part in enumerate(message.parts):
