@@ -399,6 +399,7 @@ async def run_streams(
     hold: float = 0.0,
     ramp: float = 2.0,
     settle: float = 5.0,
+    settle_long: float = 0.0,
     record_lag: bool = True,
 ) -> dict:
     """Open `streams` streams (over `ramp` seconds), follow them to the end; the server's
@@ -430,6 +431,10 @@ async def run_streams(
     t_end = time.perf_counter()
     await asyncio.sleep(settle)
     rss_after = rss_bytes(server.pid)
+    rss_later = math.nan
+    if settle_long > settle:  # what the issue's target reads: RSS a minute after the end
+        await asyncio.sleep(settle_long - settle)
+        rss_later = rss_bytes(server.pid)
     window = max(1e-9, t_full - t_open)
     return {
         "streams": streams,
@@ -445,6 +450,8 @@ async def run_streams(
         "rss_open_mib": rss_open / 2**20,
         "rss_full_mib": rss_full / 2**20,
         "rss_after_mib": rss_after / 2**20,
+        "rss_later_mib": rss_later / 2**20,
+        "later_s": settle_long,
         "kib_per_stream_open": (rss_open - rss0) / 1024 / streams,
         "kib_per_stream_full": (rss_full - rss0) / 1024 / streams,
         "open_s": t_open - t0,
@@ -544,6 +551,7 @@ async def bench_concurrency(args, tmp: pathlib.Path) -> dict:
     seconds = args.conc_seconds or (20.0 if quick else 60.0)
     counts = [int(x) for x in (args.conc_events or ("60" if quick else "60,600")).split(",")]
     lag_streams = args.conc_lag_streams if args.conc_lag_streams is not None else 2000
+    settle_long = args.conc_settle if args.conc_settle is not None else (0.0 if quick else 60.0)
     out: dict = {
         "streams": streams,
         "seconds": seconds,
@@ -559,7 +567,9 @@ async def bench_concurrency(args, tmp: pathlib.Path) -> dict:
         for binding in ("grpc", "sse"):
             for key in SERVERS:
                 out["streams_rows"].append(
-                    await one_row(key, binding, tmp, streams, events, interval)
+                    await one_row(
+                        key, binding, tmp, streams, events, interval, settle_long=settle_long
+                    )
                 )
     if lag_streams and not quick:
         for binding in ("grpc", "sse"):
@@ -594,6 +604,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="streams of the lag rows (ours only; default 2000, none with --quick; 0 = none)",
     )
     p.add_argument(
+        "--conc-settle",
+        type=float,
+        help="the stream rows read the server's RSS again this many seconds after the streams "
+        "ended (default 60; --quick 0 = only the reading 5 s after)",
+    )
+    p.add_argument(
         "--conc-first-samples",
         type=int,
         help="streams per time-to-first-event row (default 50; --quick 20)",
@@ -615,7 +631,7 @@ def report_concurrency(result: dict, table, send_report=None) -> str:
         f"{result['seconds']:.0f} s; ours on SQLite, a2a-sdk on its in-memory store; load average "
         f"{result['load_before']:.2f} before, {result.get('load_after', float('nan')):.2f} after",
         "(KiB/stream = server RSS growth over the baseline / streams, at open and with all events "
-        "delivered (turns still open); CPU ms/event = server CPU / stream events delivered while "
+        "delivered (turns still open); RSS later = --conc-settle s after the streams ended; CPU ms/event = server CPU / stream events delivered while "
         "all streams were open; lag = arrival - the agent's due time)",
     ]
     headers = [
@@ -624,7 +640,7 @@ def report_concurrency(result: dict, table, send_report=None) -> str:
         "events",
         "KiB/stream open",
         "KiB/stream full",
-        "RSS base/after MiB",
+        "RSS MiB base / 5 s after / later",
         "CPU ms/event",
         "srv CPU%",
         "client CPU%",
@@ -640,7 +656,8 @@ def report_concurrency(result: dict, table, send_report=None) -> str:
                 str(r["events"]),
                 _f(r["kib_per_stream_open"], 0),
                 _f(r["kib_per_stream_full"], 0),
-                f"{_f(r['rss_base_mib'], 0)} / {_f(r['rss_after_mib'], 0)}",
+                f"{_f(r['rss_base_mib'], 0)} / {_f(r['rss_after_mib'], 0)}"
+                f" / {_f(r.get('rss_later_mib', math.nan), 0)}",
                 _f(r["cpu_ms_per_event"], 3),
                 _f(r["server_cpu_pct"], 0),
                 _f(r["client_cpu_pct"], 0),

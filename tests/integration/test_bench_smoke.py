@@ -179,6 +179,8 @@ def test_bench_concurrency_part_produces_every_row(tmp_path):
         "0.5",
         "--conc-lag-streams",
         "0",
+        "--conc-settle",
+        "0.6",
         "--conc-first-samples",
         "2",
         "--json",
@@ -194,6 +196,7 @@ def test_bench_concurrency_part_produces_every_row(tmp_path):
     for row in conc["streams_rows"]:
         assert row["errors"] == 0 and row["complete"] == row["streams"], row
         assert number(row["cpu_ms_per_event"]) and number(row["rss_full_mib"]), row
+        assert number(row["rss_later_mib"]), row  # the reading --conc-settle asked for
     assert {(r["key"], r["binding"], r["silent_s"]) for r in conc["first_event_rows"]} == {
         (key, binding, silent)
         for key in ("ours", "sdk")
