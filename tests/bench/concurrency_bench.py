@@ -432,8 +432,8 @@ async def run_streams(
     await asyncio.sleep(settle)
     rss_after = rss_bytes(server.pid)
     rss_later = math.nan
-    if settle_long > settle:  # what the target reads: RSS a minute after the end
-        await asyncio.sleep(settle_long - settle)
+    if settle_long:  # what the target reads: RSS a minute after the end
+        await asyncio.sleep(max(0.0, settle_long - settle))
         rss_later = rss_bytes(server.pid)
     window = max(1e-9, t_full - t_open)
     return {
