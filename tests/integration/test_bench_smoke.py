@@ -154,6 +154,11 @@ def number(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
+def measured(value) -> bool:
+    """A CPU reading of a smoke-sized run: /proc counts in 10 ms ticks, so 0 is a true reading."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+
+
 @pytest.mark.timeout(300)  # some 25 servers start one after another
 def test_bench_concurrency_part_produces_every_row(tmp_path):
     out = tmp_path / "bench.json"
@@ -195,7 +200,7 @@ def test_bench_concurrency_part_produces_every_row(tmp_path):
     }
     for row in conc["streams_rows"]:
         assert row["errors"] == 0 and row["complete"] == row["streams"], row
-        assert number(row["cpu_ms_per_event"]) and number(row["rss_full_mib"]), row
+        assert measured(row["cpu_ms_per_event"]) and number(row["rss_full_mib"]), row
         assert number(row["rss_later_mib"]), row  # the reading --conc-settle asked for
     assert {(r["key"], r["binding"], r["silent_s"]) for r in conc["first_event_rows"]} == {
         (key, binding, silent)
