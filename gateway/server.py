@@ -8,7 +8,7 @@ listener closes).
 
 Connection limits (gateway.limits.connections, docs/operations.md): the listening
 socket counts connections and refuses or evicts past the cap at accept time; the
-protocol is uvicorn's h11 one with header and body deadlines; the keep-alive
+protocol is uvicorn's httptools (llhttp) one with header and body deadlines; the keep-alive
 timeout is uvicorn's.
 
 WebSockets (`websocket`, gateway.transports.websocket): without it uvicorn upgrades

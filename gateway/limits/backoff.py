@@ -18,7 +18,7 @@ limit: the limiter still decides every request. Other connections, and so other 
 are served as before; requests of other principals sharing the paused connection wait
 with it.
 
-The protocol (gateway.limits.connections.GuardedH11Protocol) puts one `ConnectionBackoff` per
+The protocol (gateway.limits.connections.GuardedProtocol) puts one `ConnectionBackoff` per
 connection into each request's ASGI scope under `EXTENSION`; `pause_after_refusals`
 marks it when the application answers `429`, and the protocol asks for the pause when
 the response is complete.

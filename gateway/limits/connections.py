@@ -22,7 +22,11 @@
   ends the request quietly (`quiet_aborted_uploads`), instead of surfacing in the
   endpoint as an internal error with a traceback.
 
-The protocol is uvicorn's h11 one with these hooks (`guarded_protocol`).
+- **Header size.** A request line and headers larger than `MAX_HEADER_BYTES` (16 KiB, what
+  h11 allowed) are answered `400` and the connection closed, before more is buffered.
+
+The protocol is uvicorn's httptools (llhttp) one with these hooks (`guarded_protocol`):
+llhttp parses a request in about a third of h11's CPU (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -33,8 +37,7 @@ import logging
 import socket
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.limits.backoff import EXTENSION, ConnectionBackoff
 
@@ -50,6 +53,7 @@ BUSY_RESPONSE = (
     b"Connection: close\r\n\r\n" + _BUSY_BODY
 )
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers, as counted by the parser callbacks
 REFUSE_BATCH = 64  # refusals per accept() call; asyncio polls the listener again after
 EVICTING_AT_MOST = 16  # evicted connections whose descriptor is not closed yet
 
@@ -72,7 +76,7 @@ class ConnectionGuard:
         self.sockets: dict[
             int, CountedSocket
         ] = {}  # by descriptor, for the protocol to find its own
-        self.waiting: dict[GuardedH11Protocol, None] = {}  # waiting for a request, oldest first
+        self.waiting: dict[GuardedProtocol, None] = {}  # waiting for a request, oldest first
         self.refused = 0
         self.evicted = 0
         self.timed_out = 0
@@ -122,7 +126,7 @@ class CountedSocket(socket.socket):
         super().__init__(*args, **kwargs)
         self._guard: ConnectionGuard | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self.protocol: GuardedH11Protocol | None = None
+        self.protocol: GuardedProtocol | None = None
 
     def track(self, guard: ConnectionGuard) -> None:
         assert guard.loop is not None
@@ -188,8 +192,12 @@ class GuardedListener(socket.socket):
         raise BlockingIOError  # asyncio comes back on the next poll
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the guard's deadlines and eviction (see the module doc)."""
+class HeadersTooLarge(Exception):
+    """Raised from a parser callback: llhttp stops and uvicorn answers 400 and closes."""
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the guard's deadlines and eviction (see the module doc)."""
 
     guard: ConnectionGuard  # set on the per-listener subclass (guarded_protocol)
 
@@ -201,6 +209,10 @@ class GuardedH11Protocol(H11Protocol):
         self._evicted = False
         self._backoff = ConnectionBackoff()
         self._paused: asyncio.TimerHandle | None = None  # reading resumes when it fires
+        self._parsing: str | None = _HEADERS  # what the parser takes in next: headers or a body
+        self._header_bytes = 0  # this request's line and headers, as the callbacks saw them
+        self._unparsed_header_bytes = 0  # bytes fed since, while its headers were incomplete
+        self._messages = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -213,21 +225,53 @@ class GuardedH11Protocol(H11Protocol):
         self.guard.waiting[self] = None
 
     def data_received(self, data: bytes) -> None:
+        messages = self._messages
         super().data_received(data)
+        if self._parsing is _HEADERS and messages == self._messages:
+            # All of it belongs to headers not complete yet (a header is seen by the callbacks
+            # only once complete): bounded too, so one endless header line cannot pile up.
+            self._unparsed_header_bytes += len(data)
+            if self._unparsed_header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                self.send_400_response("Request headers too large.")
         self._follow(True)
 
-    def handle_events(self) -> None:
-        super().handle_events()
-        scope = self.scope
-        if scope is not None and self.cycle is not None and self.cycle.scope is scope:
-            # A new request's application task has not started yet: it finds the backoff.
-            scope.setdefault("extensions", {})[EXTENSION] = self._backoff  # type: ignore[assignment]
+    # llhttp's callbacks, for the phase and the header size
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._parsing = _HEADERS
+        self._header_bytes = self._unparsed_header_bytes = 0
+        self._messages += 1
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise HeadersTooLarge
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._parsing = _BODY
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:
+            # The request's application task has not started yet: it finds the backoff.
+            self.scope.setdefault("extensions", {})[EXTENSION] = self._backoff  # type: ignore[assignment]
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._parsing = None
 
     def on_response_complete(self) -> None:
         pause = self._backoff.pause()
         if pause and not self.transport.is_closing():
-            # A refusal went out: read nothing more (pipelined bytes stay in h11, the rest in
-            # the kernel) until the pause is over; uvicorn finishes the cycle then.
+            # A refusal went out: read nothing more (pipelined requests wait in uvicorn's
+            # queue, the rest in the kernel) until the pause is over; uvicorn goes on then.
             self.flow.pause_reading()
             self._enter(None)
             self.guard.waiting[self] = None  # evictable, like one waiting for a request
@@ -260,12 +304,11 @@ class GuardedH11Protocol(H11Protocol):
     # --------------------------------------------------------------- phases and timers
 
     def _follow(self, got_data: bool) -> None:
-        """Track what the connection waits for after h11 has consumed what came."""
+        """Track what the connection waits for after the parser has taken what came."""
         if self.transport.get_protocol() is not self:  # upgraded (WebSocket): no deadlines
             self._enter(None)
             return
-        state = self.conn.their_state
-        phase = _HEADERS if state is h11.IDLE else _BODY if state is h11.SEND_BODY else None
+        phase = self._request_phase()
         if phase is not self._phase:
             self._enter(phase)
         if (
@@ -276,6 +319,16 @@ class GuardedH11Protocol(H11Protocol):
         ):
             # Part of a later request's headers came: the rest has header_timeout.
             self._timer = self.loop.call_later(self.guard.header_timeout, self.close_late)
+
+    def _request_phase(self) -> str | None:
+        """Headers while no request is in hand (idle, or part of the next one came), body while
+        one arrives, None while a request is answered or more wait in uvicorn's queue."""
+        if self.pipeline:
+            return None
+        if self._parsing is _BODY:
+            return _BODY
+        busy = self.cycle is not None and not self.cycle.response_complete
+        return None if busy else _HEADERS
 
     def _enter(self, phase: str | None) -> None:
         if self._timer is not None:
@@ -322,9 +375,9 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.abort()
 
 
-def guarded_protocol(guard: ConnectionGuard) -> type[GuardedH11Protocol]:
+def guarded_protocol(guard: ConnectionGuard) -> type[GuardedProtocol]:
     """The protocol class uvicorn instantiates per connection, bound to `guard`."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"guard": guard})
+    return type("GuardedProtocol", (GuardedProtocol,), {"guard": guard})
 
 
 # ------------------------------------------------------------------- aborted uploads
