@@ -4,6 +4,9 @@ A real service on loopback with `/metrics` on and authentication on is sent thou
 requests whose caller-chosen parts are all new (HTTP method tokens, with and without
 credentials; JSON-RPC method names; REST paths and tenants; gRPC method paths) and the
 number of series `/metrics` serves is the same after them as after one of each kind.
+HTTP methods: those the parser (llhttp) knows and no route takes are answered 405; tokens it
+does not know, and known ones not in upper case (methods are case-sensitive), are refused by
+the parser itself with 400 and the connection closed, before any code of ours runs.
 """
 
 from __future__ import annotations
@@ -29,12 +32,39 @@ def series(text: str) -> set[str]:
     }
 
 
+# Methods llhttp parses and no route of ours takes at /tasks (ListTasks is GET).
+UNROUTED_METHODS = (
+    "PROPFIND PROPPATCH MKCOL COPY MOVE LOCK UNLOCK SEARCH PURGE REPORT"
+    " NOTIFY SUBSCRIBE UNSUBSCRIBE LINK UNLINK MKCALENDAR ACL BIND REBIND UNBIND MKACTIVITY"
+    " CHECKOUT MERGE"
+).split()
+
+
 def random_method() -> str:
-    """An HTTP method token nobody defined; now and then a known one in lower case, which
-    the semantic conventions also count as unknown (methods are case-sensitive)."""
+    return secrets.choice(UNROUTED_METHODS)
+
+
+def unknown_method() -> str:
+    """An HTTP method token nobody defined; now and then a known one not in upper case."""
     if secrets.randbelow(10) == 0:
         return secrets.choice(["get", "post", "Delete", "pAtCh"])
     return "M" + secrets.token_hex(6).upper()
+
+
+async def refused_by_parser(port: int, count: int) -> list[int]:
+    """`count` connections, each sending one request with an unknown method token; the
+    status each was answered with (the connection closed after it)."""
+
+    async def one(i: int) -> int:
+        (status,) = await pipelined(port, [unknown_method()], credentials=i % 2 == 0)
+        return status
+
+    statuses: list[int] = []
+    for start in range(0, count, CONNECTIONS):
+        statuses += await asyncio.gather(
+            *(one(i) for i in range(start, min(count, start + CONNECTIONS)))
+        )
+    return statuses
 
 
 async def pipelined(port: int, methods: list[str], credentials: bool) -> list[int]:
@@ -136,6 +166,7 @@ async def test_caller_chosen_values_add_no_series(start_service):
 
         async def every_kind(count: int) -> None:
             assert set(await method_flood(port, count)) == {405}
+            assert set(await refused_by_parser(port, min(count, 60))) == {400}
             assert set(await jsonrpc_flood(http, count)) == {200}
             assert set(await rest_flood(http, count)) == {404}
             assert set(await grpc_flood(service.grpc_port, count)) == {
@@ -151,6 +182,7 @@ async def test_caller_chosen_values_add_no_series(start_service):
 
         statuses = await method_flood(port, METHOD_TOKENS)
         assert len(statuses) == METHOD_TOKENS and set(statuses) == {405}
+        assert set(await refused_by_parser(port, 600)) == {400}
         await every_kind(OTHER_REQUESTS)
 
         after = await scrape()
