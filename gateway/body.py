@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import PayloadTooLargeError, UnsupportedMediaTypeError
-from gateway.transcode import dumps
 from service.inputs.early import PartLimits, SendScan
+from service.protocol.json_text import dumps
 
 JSON_MEDIA_TYPE = "application/json"
 A2A_MEDIA_TYPE = "application/a2a+json"

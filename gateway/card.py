@@ -24,9 +24,10 @@ from starlette.responses import Response
 from gateway.body import JSON_MEDIA_TYPE
 from gateway.dispatch import REST_JSON, forward_error
 from gateway.errors import MethodNotAllowedError
-from gateway.transcode import dumps, to_json_dict
+from gateway.transcode import to_json_dict
 from gen import a2a_pb2 as pb
 from service.cards.v03 import add_v03_members
+from service.protocol.json_text import dumps
 
 WELL_KNOWN_PATH = "/.well-known/agent-card.json"
 _ENTITY_TAG = re.compile(r'\s*(?:(W/)?"([^"]*)"|(\*))\s*(?:,|$)')

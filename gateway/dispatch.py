@@ -35,9 +35,10 @@ from starlette.responses import Response
 from gateway.body import A2A_MEDIA_TYPE, JSON_MEDIA_TYPE, MAX_BODY_BYTES, rest_media_type
 from gateway.errors import http_headers, jsonrpc_error_body, rest_error_body
 from gateway.replies import Document, DocumentStream, ErrorReply, Reply
-from gateway.transcode import dumps, dumps_str, to_json_dict
+from gateway.transcode import dumps_str, to_json_dict
 from service.inputs.early import PartLimits
 from service.protocol.errors import A2AError
+from service.protocol.json_text import dumps
 
 # JSON-RPC errors travel with HTTP 200, except these transport-level refusals.
 JSONRPC_KEPT_STATUSES = frozenset({401, 405, 413, 415, 429, 503})

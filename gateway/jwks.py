@@ -16,7 +16,7 @@ from starlette.responses import Response
 from gateway.card import if_none_match_hits
 from gateway.dispatch import REST_JSON, forward_error
 from gateway.errors import MethodNotAllowedError
-from gateway.transcode import dumps
+from service.protocol.json_text import dumps
 
 JWKS_MEDIA_TYPE = "application/jwk-set+json"
 

@@ -39,7 +39,7 @@ from gateway.invoker import Invoker
 from gateway.jsonrpc import Envelope, JsonRpcDispatcher, request_id
 from gateway.params import GRPC_METADATA_PREFIX, last_event_id
 from gateway.replies import DocumentStream, ErrorReply
-from gateway.transcode import dumps, parse_json_body
+from gateway.transcode import parse_json_body
 from service.api import CallContext
 from service.calls.pipeline import CallerUnknown, Pipeline
 from service.inputs.early import PartLimits, json_oversized, json_rpc_send
@@ -50,6 +50,7 @@ from service.protocol.errors import (
     UnauthenticatedError,
     as_a2a_error,
 )
+from service.protocol.json_text import dumps
 from service.protocol.params import EXTENSIONS_KEY, VERSION_KEY
 
 PARAMETERS_MEMBER = "serviceParameters"

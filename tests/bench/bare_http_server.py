@@ -20,7 +20,7 @@ from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from gateway.server import HttpServer  # noqa: E402
-from gateway.transcode import dumps  # noqa: E402
+from service.protocol.json_text import dumps  # noqa: E402
 from tests.bench.common import HOST, announce_and_wait, canned_response, port_from_argv  # noqa: E402
 
 BODY = dumps({"jsonrpc": "2.0", "id": 1, "result": json_format.MessageToDict(canned_response())})

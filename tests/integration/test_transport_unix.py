@@ -270,7 +270,7 @@ async def test_too_many_requests_in_flight_on_one_connection(start_service, sock
 
 def test_frames_are_one_line_each():
     """What the client above relies on: the server's JSON never holds a raw newline."""
-    from gateway.transcode import dumps
+    from service.protocol.json_text import dumps
 
     assert b"\n" not in dumps({"text": "two\nlines\u2028"})
     assert json.loads(dumps({"text": "two\nlines"}))["text"] == "two\nlines"

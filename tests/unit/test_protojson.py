@@ -20,9 +20,10 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from gateway.protojson import from_dict, to_dict
-from gateway.transcode import build_request, dumps, dumps_str, known_fields_only, to_json_dict
+from gateway.transcode import build_request, dumps_str, known_fields_only, to_json_dict
 from gen import a2a_pb2 as pb
 from gen import a2a_v0_3_pb2 as pb03
+from service.protocol.json_text import dumps
 
 _TEXTS = ["", "hello", "grüße ✓", 'line\nbreak "quoted"', "😀 pair"]
 
