@@ -125,12 +125,26 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         self.redactor = redactor
         self.worker = _worker_value(worker)
+        # json.dumps with these options builds an encoder per call; an access line per request
+        self._encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+        self._second: tuple[int, str] = (-1, "")  # the last second written, and its text
+
+    def _time(self, created: float) -> str:
+        """`datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")`, the date
+        and time of day made once per second."""
+        second = int(created)
+        micros = round((created - second) * 1_000_000)
+        if micros >= 1_000_000:  # datetime rounds up into the next second
+            second, micros = second + 1, 0
+        cached, text = self._second
+        if cached != second:
+            text = datetime.datetime.fromtimestamp(second, datetime.UTC).isoformat()
+            self._second = (second, text)
+        return f"{text[:19]}.{micros // 1000:03d}+00:00"
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
-                timespec="milliseconds"
-            ),
+            "time": self._time(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": self.redactor.text(record.getMessage()),
@@ -149,7 +163,7 @@ class JsonFormatter(logging.Formatter):
             doc["exception"] = {"message": self.redactor.untrusted(record.exc_text)}
         if record.stack_info:
             doc["stack"] = record.stack_info
-        return json.dumps(doc, ensure_ascii=False, default=str)
+        return self._encode(doc)
 
 
 class TextFormatter(logging.Formatter):

@@ -213,3 +213,20 @@ def test_no_call_is_made_when_the_access_logger_is_off(caplog):
 )
 def test_the_task_id_comes_from_the_request_or_reply(message, task_id):
     assert access.task_id_of(message) == task_id
+
+
+@pytest.mark.parametrize(
+    "created",
+    [0.0, 0.0004999, 0.0005, 1.9999996, 1764988396.9995, 1764988396.99949, 1764988397.123456],
+)
+def test_json_lines_time_is_datetimes_to_the_millisecond(created: float) -> None:
+    """The per-second cache writes what datetime writes, rounding at the second's end too."""
+    import datetime
+
+    formatter = JsonFormatter()
+    formatter._time(created - 1)  # a different second cached before
+    expected = datetime.datetime.fromtimestamp(created, datetime.UTC).isoformat(
+        timespec="milliseconds"
+    )
+    assert formatter._time(created) == expected
+    assert formatter._time(created) == expected  # from the cache
