@@ -23,6 +23,7 @@ The error bodies themselves are errors.py's, the one place that renders them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -142,13 +143,34 @@ def _keepalive() -> ServerSentEvent:
     return ServerSentEvent(comment="keep-alive")
 
 
-async def _frames(stream: DocumentStream) -> AsyncIterator[ServerSentEvent]:
+# How sse-starlette's ServerSentEvent.encode() writes a frame, with its default separator
+# (the one the EventSourceResponse above uses): the frames are made here as bytes, the
+# same bytes (tests/unit/test_sse_frames.py), without an object per event.
+_SEP = "\r\n"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def sse_frame(data: str, *, id: str | None = None, event: str | None = None) -> bytes:
+    """One SSE frame: `id:`, `event:`, a `data:` line per line of `data`, a blank line."""
+    head = ""
+    if id is not None:
+        head = "id: " + _LINE_BREAK.sub("", id) + _SEP
+    if event is not None:
+        head += "event: " + _LINE_BREAK.sub("", event) + _SEP
+    if "\n" in data or "\r" in data:
+        body = "".join(f"data: {line}{_SEP}" for line in _LINE_BREAK.split(data))
+    else:
+        body = "data: " + data + _SEP
+    return (head + body + _SEP).encode("utf-8")
+
+
+async def _frames(stream: DocumentStream) -> AsyncIterator[bytes]:
     try:
         async for item in stream:
             if isinstance(item, ErrorReply):
-                yield ServerSentEvent(dumps_str(item.document), event="error")
+                yield sse_frame(dumps_str(item.document), event="error")
             else:
                 seq = stream.seq
-                yield ServerSentEvent(dumps_str(item), id=str(seq) if seq else None)
+                yield sse_frame(dumps_str(item), id=str(seq) if seq else None)
     finally:
         await stream.aclose()
