@@ -176,6 +176,7 @@ class SqliteTaskStore(SqlReads):
             task.SerializeToString() if snapshot is None else snapshot,
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
+            bool(events) and all(e.event.HasField("artifact_update") for e in events),
         )
         await self._write(writes.w_save, args)
 
