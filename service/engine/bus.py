@@ -73,13 +73,15 @@ class QueueSubscription:
     slows nobody else), a deque and the one waiter of its one reader, which costs less per
     event than an `asyncio.Queue`."""
 
-    __slots__ = ("_bus", "key", "_items", "_waiter")
+    __slots__ = ("_bus", "key", "_items", "_waiter", "_loop")
 
     def __init__(self, bus: InProcessBus, key: str) -> None:
         self._bus = bus
         self.key = key
         self._items: deque[StoredEvent | _Ended | None] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        # The reader's loop, kept: asyncio.get_running_loop() is a getpid() call on 3.11.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def put(self, item: StoredEvent | _Ended | None) -> None:
         self._items.append(item)
@@ -104,7 +106,9 @@ class QueueSubscription:
         was ended with (`InProcessBus.end_all`). One reader at a time."""
         items = self._items
         while not items:
-            waiter = asyncio.get_running_loop().create_future()
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            waiter = self._loop.create_future()
             self._waiter = waiter
             try:
                 await waiter

@@ -1092,3 +1092,27 @@ async def test_sqlite_page_token_key_is_made_once_and_kept(tmp_path):
         assert other.page_token_key != key
     finally:
         await other.close()
+
+
+def test_a_store_used_from_another_loop_or_thread_refuses_the_write(tmp_path):
+    """The SQLite store writes on the loop that opened it only (its group commit runs
+    there): another loop, later on the same thread or on another thread, is told so."""
+    store = SqliteTaskStore(str(tmp_path / "tasks.db"))
+    task = make_task("t", state=WORKING)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(store.open())
+        loop.run_until_complete(store.save(A, task, [status_event(task, 1)]))
+
+        async def save_elsewhere() -> None:
+            await store.save(A, task, [status_event(task, 2)])
+
+        with pytest.raises(RuntimeError, match="another event loop"):
+            asyncio.run(save_elsewhere())  # the same thread, its loop not running
+        with pytest.raises(RuntimeError, match="another event loop"):
+            _in_thread(save_elsewhere())
+        loop.run_until_complete(store.save(A, task, [status_event(task, 2)]))
+        assert loop.run_until_complete(store.last_seq(A, "t")) == 2
+    finally:
+        loop.run_until_complete(store.close())
+        loop.close()
