@@ -437,8 +437,13 @@ def to_json_dict(message: Message) -> dict[str, Any]:
     return out
 
 
+# What json.dumps(value, ensure_ascii=False, separators=(",", ":")) builds on every call,
+# built once (the same encoder's encode(): the same text; it keeps no state between calls).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dumps_str(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def dumps(value: Any) -> bytes:

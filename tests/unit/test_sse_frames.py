@@ -4,6 +4,7 @@ byte for byte what sse-starlette's ServerSentEvent wrote for the same event befo
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 from sse_starlette.event import ServerSentEvent
@@ -110,3 +111,17 @@ async def test_a_stream_response_sends_the_frames_and_marks_a_failed_send():
     with pytest.raises(OSError):
         await response._send_with_timeout(broken, {"type": "http.response.body", "body": b""})
     assert response._send_interrupted
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"jsonrpc": "2.0", "id": 7, "result": {"task": {"id": "t", "history": []}}},
+        {"text": 'ünïcødé ✓ \u2028 \n\t"\\ \x00 \U0001f600', "n": [1, 2.5, -0.0, 10**30]},
+        {"nan": float("nan"), "inf": float("inf"), "none": None, "bool": True},
+        [],
+        "plain",
+    ],
+)
+def test_the_kept_encoder_writes_what_json_dumps_wrote(value):
+    assert dumps_str(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
