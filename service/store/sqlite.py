@@ -52,6 +52,14 @@ from service.store.sqlite_schema import connect, migrate, page_token_key, restar
 log = logging.getLogger(__name__)
 
 
+def _artifacts_only(events: list[StoredEvent]) -> bool:
+    """Whether a save is steady (sqlite_writes._w_save_many): events, all artifact updates."""
+    for stored in events:
+        if not stored.event.HasField("artifact_update"):
+            return False
+    return bool(events)
+
+
 class SqliteTaskStore(SqlReads):
     """`TaskStore` on one SQLite file in WAL mode; see the module docstring."""
 
@@ -182,7 +190,7 @@ class SqliteTaskStore(SqlReads):
             task.SerializeToString() if snapshot is None else snapshot,
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
-            bool(events) and all(e.event.HasField("artifact_update") for e in events),
+            _artifacts_only(events),
         )
         await self._write(writes.w_save, args)
 
