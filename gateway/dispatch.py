@@ -23,6 +23,7 @@ The error bodies themselves are errors.py's, the one place that renders them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,6 +32,8 @@ from google.protobuf.message import Message
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 from starlette.responses import Response
+from starlette.types import Message as Message_
+from starlette.types import Send
 
 from gateway.body import A2A_MEDIA_TYPE, JSON_MEDIA_TYPE, MAX_BODY_BYTES, rest_media_type
 from gateway.errors import http_headers, jsonrpc_error_body, rest_error_body
@@ -117,12 +120,30 @@ def forward(reply: Reply, codec: Codec, options: HttpOptions) -> Response:
         return Response(dumps(reply), media_type=codec.media_type)
     if isinstance(reply, ErrorReply):
         return _error_response(reply, codec)
-    return EventSourceResponse(
+    return _EventStream(
         _frames(reply),
         headers={"Cache-Control": "no-store"},
         ping=options.keepalive_seconds,
         ping_message_factory=_keepalive,
     )
+
+
+class _EventStream(EventSourceResponse):
+    """sse-starlette's response, each send without the anyio cancel scope it opens for its
+    per-send timeout, which this service never sets (the scope costs about 6 µs an event,
+    the send itself a tenth of that). Overrides a private method, checked against the
+    installed release by tests/unit/test_sse_frames.py; with a timeout set, or in a
+    release without that method, sse-starlette's own path is taken."""
+
+    async def _send_with_timeout(self, send: Send, message: Message_) -> None:
+        if self.send_timeout is not None:
+            await super()._send_with_timeout(send, message)
+            return
+        try:
+            await send(message)
+        except BaseException:
+            self._send_interrupted = True  # as sse-starlette marks a send that never ended
+            raise
 
 
 def forward_error(exc: BaseException, codec: Codec, where: str) -> Response:
@@ -143,13 +164,34 @@ def _keepalive() -> ServerSentEvent:
     return ServerSentEvent(comment="keep-alive")
 
 
-async def _frames(stream: DocumentStream) -> AsyncIterator[ServerSentEvent]:
+# How sse-starlette's ServerSentEvent.encode() writes a frame, with its default separator
+# (the one the EventSourceResponse above uses): the frames are made here as bytes, the
+# same bytes (tests/unit/test_sse_frames.py), without an object per event.
+_SEP = "\r\n"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def sse_frame(data: str, *, id: str | None = None, event: str | None = None) -> bytes:
+    """One SSE frame: `id:`, `event:`, a `data:` line per line of `data`, a blank line."""
+    head = ""
+    if id is not None:
+        head = "id: " + _LINE_BREAK.sub("", id) + _SEP
+    if event is not None:
+        head += "event: " + _LINE_BREAK.sub("", event) + _SEP
+    if "\n" in data or "\r" in data:
+        body = "".join(f"data: {line}{_SEP}" for line in _LINE_BREAK.split(data))
+    else:
+        body = "data: " + data + _SEP
+    return (head + body + _SEP).encode("utf-8")
+
+
+async def _frames(stream: DocumentStream) -> AsyncIterator[bytes]:
     try:
         async for item in stream:
             if isinstance(item, ErrorReply):
-                yield ServerSentEvent(dumps_str(item.document), event="error")
+                yield sse_frame(dumps_str(item.document), event="error")
             else:
                 seq = stream.seq
-                yield ServerSentEvent(dumps_str(item), id=str(seq) if seq else None)
+                yield sse_frame(dumps_str(item), id=str(seq) if seq else None)
     finally:
         await stream.aclose()

@@ -13,7 +13,8 @@ hands it to the engine.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
 from gen import a2a_pb2 as pb
@@ -25,6 +26,11 @@ class Subscription(Protocol):
 
     def events(self) -> AsyncIterator[StoredEvent]:
         """Events until the topic closes; raises the error the bus ended it with."""
+        ...
+
+    async def next(self) -> StoredEvent | None:
+        """The next event, None once the topic is closed; raises the error the bus ended it
+        with. What `events()` yields, without an async generator around it."""
         ...
 
     def close(self) -> None: ...
@@ -63,23 +69,65 @@ class _Ended:
 
 
 class QueueSubscription:
+    """One subscriber's queue: unbounded (a slow subscriber holds its own backlog and
+    slows nobody else), a deque and the one waiter of its one reader, which costs less per
+    event than an `asyncio.Queue`."""
+
+    __slots__ = ("_bus", "key", "_items", "_waiter", "_loop")
+
     def __init__(self, bus: InProcessBus, key: str) -> None:
         self._bus = bus
         self.key = key
-        self.queue: asyncio.Queue[StoredEvent | _Ended | None] = asyncio.Queue()
+        self._items: deque[StoredEvent | _Ended | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        # The reader's loop, kept: asyncio.get_running_loop() is a getpid() call on 3.11.
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def put(self, item: StoredEvent | _Ended | None) -> None:
+        self._items.append(item)
+        self._wake()
+
+    def put_all(self, items: Iterable[StoredEvent]) -> None:
+        self._items.extend(items)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def close(self) -> None:
         self._bus._drop(self)
 
+    async def next(self) -> StoredEvent | None:
+        """The next event, None once the topic is closed; raises the error a subscription
+        was ended with (`InProcessBus.end_all`). One reader at a time."""
+        items = self._items
+        while not items:
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            waiter = self._loop.create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:  # cancelled: nothing is taken from the queue
+                    self._waiter = None
+        item = items.popleft()
+        if item is _CLOSED:
+            items.appendleft(item)  # a closed subscription stays closed
+            return None
+        if isinstance(item, _Ended):
+            items.appendleft(item)
+            raise item.error
+        return item
+
     async def events(self) -> AsyncIterator[StoredEvent]:
         """Events until the topic is closed; the caller decides when to stop earlier. Raises
         the error a subscription was ended with (`InProcessBus.end_all`)."""
-        while True:
-            item = await self.queue.get()
-            if item is _CLOSED:
-                return
-            if isinstance(item, _Ended):
-                raise item.error
+        while (item := await self.next()) is not None:
             yield item
 
 
@@ -94,19 +142,18 @@ class InProcessBus:
 
     def publish(self, key: str, events: list[StoredEvent]) -> None:
         for sub in self._topics.get(key, ()):
-            for event in events:
-                sub.queue.put_nowait(event)
+            sub.put_all(events)
 
     def close_topic(self, key: str, error: BaseException | None = None) -> None:
         for sub in self._topics.pop(key, ()):
-            sub.queue.put_nowait(_CLOSED if error is None else _Ended(error))
+            sub.put(_CLOSED if error is None else _Ended(error))
 
     def end_all(self, error: BaseException) -> int:
         """End every subscription with `error` (after what it already holds); returns how many."""
         ended = 0
         for subs in self._topics.values():
             for sub in subs:
-                sub.queue.put_nowait(_Ended(error))
+                sub.put(_Ended(error))
                 ended += 1
         self._topics.clear()
         return ended

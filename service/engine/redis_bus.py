@@ -37,7 +37,7 @@ import contextlib
 import logging
 import os
 import struct
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -110,6 +110,9 @@ class RedisSubscription:
 
     def events(self) -> AsyncIterator[StoredEvent]:
         return self._inner.events()
+
+    def next(self) -> Coroutine[Any, Any, StoredEvent | None]:
+        return self._inner.next()
 
     def close(self) -> None:
         self._inner.close()

@@ -122,6 +122,9 @@ class TaskRun:
         # agent is what the store's own pacing cannot see: one writer, many events).
         self._pace = pace
         self._on_pause = on_pause
+        # Kept, not asked for on every event: on Python 3.11 each asyncio.get_running_loop()
+        # is a getpid() system call (its fork check), several per event otherwise.
+        self._loop = asyncio.get_running_loop()
 
     # ---- state -----------------------------------------------------------
 
@@ -159,7 +162,7 @@ class TaskRun:
 
     def loading(self) -> None:
         """The task is being read from the store; others wait for `ready`."""
-        self.ready = asyncio.get_running_loop().create_future()
+        self.ready = self._loop.create_future()
 
     def loaded(self, task: pb.Task, seq: int) -> None:
         """The stored task and its latest event: this run continues from there."""
@@ -180,7 +183,7 @@ class TaskRun:
             self.ready.exception()  # mark retrieved
 
     def start_agent(self, turn: Coroutine[Any, Any, None]) -> None:
-        self.agent_task = asyncio.get_running_loop().create_task(turn)
+        self.agent_task = self._loop.create_task(turn)
 
     def agent_ended(self) -> None:
         self.agent_task = None
@@ -202,7 +205,7 @@ class TaskRun:
 
     def start_turn(self) -> asyncio.Future[pb.Message | None]:
         self._resolve_turn(None)  # a previous turn's waiter is never left behind
-        self.turn = asyncio.get_running_loop().create_future()
+        self.turn = self._loop.create_future()
         self.turn_file_bytes = 0
         return self.turn
 
@@ -367,19 +370,19 @@ class TaskRun:
 
     def _queue(self, event: pb.StreamResponse) -> None:
         if self.watched:
-            self.last_activity = asyncio.get_running_loop().time()
+            self.last_activity = self._loop.time()
         self.seq += 1
         self._pending.append(StoredEvent(self.seq, event))
         if not self._kick_scheduled and not self._flushing:
             # Commit soon, but not now: events emitted back to back share one commit, and
             # when the turn ends first, finish() flushes inline without a task of its own.
             self._kick_scheduled = True
-            asyncio.get_running_loop().call_soon(self._kick)
+            self._loop.call_soon(self._kick)
 
     def _kick(self) -> None:
         self._kick_scheduled = False
         if self._pending and not self._flushing:
-            asyncio.get_running_loop().create_task(self._flush())
+            self._loop.create_task(self._flush())
 
     # ---- commit & publish --------------------------------------------------
 
@@ -402,7 +405,7 @@ class TaskRun:
                 if not await self._commit(batch):
                     return
                 self.committed_seq = batch[-1].seq
-                self._last_save = asyncio.get_running_loop().time()
+                self._last_save = self._loop.time()
                 if self._commit_signal is not None and not self._commit_signal.done():
                     self._commit_signal.set_result(None)
                 self.bus.publish(self.key, batch)
@@ -507,7 +510,7 @@ class TaskRun:
     async def _retry_pause(self, seconds: float) -> bool:
         """Wait before the next attempt; False when the retries are given up."""
         if self._give_up is None:
-            self._give_up = asyncio.get_running_loop().create_future()
+            self._give_up = self._loop.create_future()
         if not self._give_up.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._give_up), seconds)
@@ -525,7 +528,7 @@ class TaskRun:
     def give_up_commits(self) -> None:
         """Shutdown: a commit waiting for the store to come back is not tried again."""
         if self._give_up is None:
-            self._give_up = asyncio.get_running_loop().create_future()
+            self._give_up = self._loop.create_future()
         if not self._give_up.done():
             self._give_up.set_result(None)
 
@@ -563,7 +566,7 @@ class TaskRun:
 
     async def _linger(self) -> None:
         """Wait until `pace` after the previous commit, or until the turn ends."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         wait = self._last_save + self._pace - loop.time()
         if wait <= 0:
             return
@@ -585,7 +588,7 @@ class TaskRun:
             if self.failed_commit is not None:
                 raise self.failed_commit
             if self._commit_signal is None or self._commit_signal.done():
-                self._commit_signal = asyncio.get_running_loop().create_future()
+                self._commit_signal = self._loop.create_future()
             await asyncio.shield(self._commit_signal)
 
     async def flushed(self) -> None:
@@ -593,7 +596,7 @@ class TaskRun:
         while self._pending or self._flushing:
             if self._flushing:
                 if self._drained is None:
-                    self._drained = asyncio.get_running_loop().create_future()
+                    self._drained = self._loop.create_future()
                 await asyncio.shield(self._drained)
             else:
                 await self._flush()
@@ -611,7 +614,7 @@ class TaskRun:
     # ---- agent-facing waits ----------------------------------------------
 
     async def next_input(self) -> pb.Message:
-        self.input_waiter = asyncio.get_running_loop().create_future()
+        self.input_waiter = self._loop.create_future()
         if self._on_pause is not None:
             self._on_pause(self)  # waiting for the caller: not at work, not stalled; parkable
         try:

@@ -93,7 +93,7 @@ class Subscriptions:
             self.follow_remote(scope, task_id, sub, after_seq, until=TERMINAL, snapshot=True)
         )
 
-    async def follow_remote(
+    def follow_remote(
         self,
         scope: Scope,
         task_id: str,
@@ -108,61 +108,105 @@ class Subscriptions:
         first) or after the snapshot, live ones from the bus, gaps filled from the store,
         until one puts the task in a state of `until`. Subscribed before the store is read:
         nothing falls between."""
-        try:
-            if after_seq is None or snapshot:
-                found = await snapshot_with_seq(self.store, scope, task_id)
-                if found is None:
-                    raise TaskNotFoundError(f"Task {task_id} not found.")
-                task, seen = found
-                first = pb.StreamResponse(task=task)
-                yield StoredEvent(seen, first)
-                if after_seq is not None:
-                    seen, ahead = after_seq, seen
-                else:
-                    ahead = seen
-                if ends_stream(first, until) and seen >= ahead:
-                    return
-            else:
-                seen = after_seq
-            async for stored in self._live(scope, task_id, sub, seen, catch_up=True, until=until):
-                yield stored
-        finally:
-            sub.close()
+        return self._events(
+            scope,
+            task_id,
+            sub,
+            after_seq,
+            until=until,
+            catch_up=True,
+            stored_snapshot=after_seq is None or snapshot,
+        )
 
     def live_events(
         self, scope: Scope, task_id: str, sub: Subscription, seen: int
     ) -> AsyncGenerator[StoredEvent, None]:
-        """Events of the task after `seen` (stored ones first), until a settling one."""
-        return self._live(scope, task_id, sub, seen, catch_up=True)
+        """Events of the task after `seen` (stored ones first), until a settling one. The
+        caller closes `sub`."""
+        return self._events(scope, task_id, sub, seen, catch_up=True, close=False)
 
-    async def _live(
+    async def _events(
         self,
         scope: Scope,
         task_id: str,
         sub: Subscription,
-        seen: int,
+        seen: int | None,
         *,
-        catch_up: bool,
         until: frozenset[int] = SETTLED,
+        catch_up: bool,
+        stored_snapshot: bool = False,
+        first: StoredEvent | None = None,
+        replay_after: int | None = None,
+        over: int | None = None,
+        run: TaskRun | None = None,
+        close: bool = True,
     ) -> AsyncGenerator[StoredEvent, None]:
-        """Bus events after `seen`, each once, until one puts the task in a state of `until`.
-        A RESYNC from the bus or a jump in the sequence reads what was missed from the store
-        (`catch_up`: once before the first live event too)."""
-        async for stored in _with_first(sub.events(), RESYNC if catch_up else None):
-            if stored.seq < 0 or stored.seq > seen + 1:
-                for missed in await self.store.events_after(scope, task_id, seen):
-                    seen = missed.seq
-                    yield missed
-                    if ends_stream(missed.event, until):
-                        return
-                if stored.seq < 0:
-                    continue
-            if stored.seq and stored.seq <= seen:
-                continue  # already covered by the snapshot, the replay or a catch-up
-            seen = max(seen, stored.seq)
-            yield stored
-            if ends_stream(stored.event, until):
+        """Every stream of a task is this one generator, the bus read in its own loop (no
+        layer that only passes events on): a snapshot (`first`, or with `stored_snapshot`
+        the committed one, read now; `seen` None: live events follow it), then stored
+        events after `replay_after`, then bus events after `seen`, each once, until one
+        puts the task in a state of `until` (or is a direct reply), or `seen` reaches
+        `over` (the seq at which the task was already in such a state). A snapshot in such
+        a state ends the stream unless events it includes are still to be replayed (`seen`
+        below its number). A RESYNC from the bus or a jump in the sequence reads what was
+        missed from the store (`catch_up`: once before the first live event too). With
+        `run`, a topic that closes after the turn failed raises its error. `close`: the
+        subscription is closed at the end."""
+        try:
+            if stored_snapshot:
+                found = await snapshot_with_seq(self.store, scope, task_id)
+                if found is None:
+                    raise TaskNotFoundError(f"Task {task_id} not found.")
+                task, at = found
+                first = StoredEvent(at, pb.StreamResponse(task=task))
+            if first is not None:
+                if seen is None:
+                    seen = first.seq
+                yield first
+                if ends_stream(first.event, until) and seen >= first.seq:
+                    return
+            assert seen is not None
+            if replay_after is not None:
+                for stored in await self.store.events_after(scope, task_id, replay_after):
+                    if stored.seq > seen:
+                        seen = stored.seq
+                        yield stored
+                        if ends_stream(stored.event, until):
+                            return
+            if over is not None and seen >= over:
                 return
+            resync = catch_up
+            while True:
+                if resync:
+                    stored, resync = RESYNC, False
+                else:
+                    item = await sub.next()
+                    if item is None:
+                        break
+                    stored = item
+                if stored.seq < 0 or stored.seq > seen + 1:
+                    for missed in await self.store.events_after(scope, task_id, seen):
+                        seen = missed.seq
+                        yield missed
+                        if ends_stream(missed.event, until):
+                            return
+                    if stored.seq < 0:
+                        continue
+                if stored.seq and stored.seq <= seen:
+                    continue  # already covered by the snapshot, the replay or a catch-up
+                seen = max(seen, stored.seq)
+                yield stored
+                if ends_stream(stored.event, until):
+                    return
+            if run is not None:
+                turn = run.turn
+                if turn is not None and turn.done() and not turn.cancelled():
+                    failure = turn.exception()
+                    if failure is not None:
+                        raise failure
+        finally:
+            if close:
+                sub.close()
 
     def subscribe_run(
         self,
@@ -186,7 +230,7 @@ class Subscriptions:
             return EventStream(self.follow(run, sub, first, after_seq, after_seq, until, over))
         return EventStream(self.follow(run, sub, first, run.seq, None, until, over))
 
-    async def follow(
+    def follow(
         self,
         run: TaskRun,
         sub: Subscription,
@@ -201,40 +245,15 @@ class Subscriptions:
         reply), or `seen` reaches `over` (the seq at which the task was already in such a
         state). A snapshot in such a state ends the stream unless events it includes are
         still to be replayed (`seen` below its number)."""
-        try:
-            if first is not None:
-                yield first
-                if ends_stream(first.event, until) and seen >= first.seq:
-                    return
-            if replay_after is not None:
-                for stored in await self.store.events_after(run.scope, run.task_id, replay_after):
-                    if stored.seq > seen:
-                        seen = stored.seq
-                        yield stored
-                        if ends_stream(stored.event, until):
-                            return
-            if over is not None and seen >= over:
-                return
-            async for stored in self._live(
-                run.scope, run.task_id, sub, seen, catch_up=False, until=until
-            ):
-                yield stored
-                if ends_stream(stored.event, until):
-                    return
-            turn = run.turn
-            if turn is not None and turn.done() and not turn.cancelled():
-                failure = turn.exception()
-                if failure is not None:
-                    raise failure
-        finally:
-            sub.close()
-
-
-async def _with_first(
-    items: AsyncIterator[StoredEvent], first: StoredEvent | None
-) -> AsyncIterator[StoredEvent]:
-    """`first` (when given), then `items`."""
-    if first is not None:
-        yield first
-    async for item in items:
-        yield item
+        return self._events(
+            run.scope,
+            run.task_id,
+            sub,
+            seen,
+            until=until,
+            catch_up=False,
+            first=first,
+            replay_after=replay_after,
+            over=over,
+            run=run,
+        )

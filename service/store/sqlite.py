@@ -33,6 +33,7 @@ import asyncio
 import builtins
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -51,6 +52,14 @@ from service.store.sqlite_schema import connect, migrate, page_token_key, restar
 log = logging.getLogger(__name__)
 
 
+def _artifacts_only(events: list[StoredEvent]) -> bool:
+    """Whether a save is steady (sqlite_writes._w_save_many): events, all artifact updates."""
+    for stored in events:
+        if not stored.event.HasField("artifact_update"):
+            return False
+    return bool(events)
+
+
 class SqliteTaskStore(SqlReads):
     """`TaskStore` on one SQLite file in WAL mode; see the module docstring."""
 
@@ -62,6 +71,7 @@ class SqliteTaskStore(SqlReads):
         self._lock = asyncio.Lock()
         self._open = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0  # the thread of that loop
         self._writer: writes.SqliteWriter | None = None
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
@@ -86,6 +96,7 @@ class SqliteTaskStore(SqlReads):
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
                 raise RuntimeError(f"{writes.UNAVAILABLE}: {reason}") from None
             loop = self._loop = asyncio.get_running_loop()
+            self._thread = threading.get_ident()
             self._wconn, self._rconn, self._cconn, self._pin = wconn, rconn, cconn, pin
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-read")
             self._helper = ThreadPoolExecutor(
@@ -151,7 +162,10 @@ class SqliteTaskStore(SqlReads):
     def _write(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Future[Any]:
         if not self._open or self._writer is None:
             raise RuntimeError("task store is not open")
-        if asyncio.get_running_loop() is not self._loop:
+        # Its loop running on this thread is the running loop (one a thread at a time); asked
+        # so, not with asyncio.get_running_loop(), a getpid() system call per write on 3.11.
+        loop = self._loop
+        if loop is None or self._thread != threading.get_ident() or not loop.is_running():
             raise RuntimeError(
                 "the task store is used from another event loop than the one that opened it"
             )
@@ -176,6 +190,7 @@ class SqliteTaskStore(SqlReads):
             task.SerializeToString() if snapshot is None else snapshot,
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
+            _artifacts_only(events),
         )
         await self._write(writes.w_save, args)
 

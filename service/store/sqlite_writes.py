@@ -71,6 +71,10 @@ _STORED_STATES = (
 # A task whose indexed columns stay as they are (an artifact chunk, most events of a
 # stream): only its snapshot changes, and no index entry is rewritten.
 _SNAPSHOT_UPDATE = "UPDATE tasks SET snapshot = ? WHERE tenant = ? AND owner = ? AND id = ?"
+# The same for a task whose saves carry only artifact events (`steady`): its stored
+# columns are taken to be these, no SELECT reads them first; a row that differs after all
+# (or is missing) is left as it is and takes the general path.
+_SNAPSHOT_IF_SAME = _SNAPSHOT_UPDATE + " AND context_id = ? AND state = ? AND status_us = ?"
 _PUT_CONFIG = sql.put_config(sql.SQLITE)
 _DELETE_CONFIG = sql.delete_config(sql.SQLITE)
 
@@ -146,15 +150,26 @@ def _w_save_many(conn: sqlite3.Connection, saves: list[tuple[Any, ...]]) -> None
     A task whose events here start at 1 is being created (the engine numbers a
     task's events from its creation): it is inserted, not upserted, and has no
     earlier state to look up. Should it exist after all, the insert fails and the
-    batch is replayed call by call, so the counters never count a task twice."""
+    batch is replayed call by call, so the counters never count a task twice.
+
+    A task whose saves here are all steady (artifact events only) gets its snapshot in one
+    conditional UPDATE, with no SELECT of what it was: its indexed columns and counts
+    stand. Only if that row differs (or is not there) does it take the general path."""
     latest: dict[_TaskKey, tuple[Any, ...]] = {}
     runs: dict[_TaskKey, list[tuple[int, bytes]]] = {}
+    steady: dict[_TaskKey, bool] = {}  # every save of the task in the batch is steady
     for args in saves:
         key = (args[0], args[1], args[2])
         latest[key] = args[:7]
+        steady[key] = steady.get(key, True) and args[9]
         if args[7]:
             runs.setdefault(key, []).extend(args[7])
     created = {key for key, evs in runs.items() if evs[0][0] == 1}
+    for key, alone in steady.items():
+        if alone and key not in created:
+            row = latest[key]
+            if conn.execute(_SNAPSHOT_IF_SAME, (row[6], *key, row[3], row[4], row[5])).rowcount:
+                del latest[key]  # stored: its columns and counts stay as they are
     before = _stored_columns(conn, latest, created)
     counts = _count_changes(latest, before)
     if counts:
@@ -193,11 +208,12 @@ def w_save(
     snapshot: bytes,
     events: list[tuple[int, bytes]],
     configs: list[tuple[str, str, bytes]],
+    steady: bool,
 ) -> None:
-    """One `save` (when a batch is replayed call by call)."""
-    _w_save_many(
-        conn, [(tenant, owner, task_id, context_id, state, status_us, snapshot, events, configs)]
-    )
+    """One `save` (when a batch is replayed call by call). `steady`: its events are all
+    artifact updates, so the task's state and status time are likely as stored."""
+    save = (tenant, owner, task_id, context_id, state, status_us, snapshot, events, configs, steady)
+    _w_save_many(conn, [save])
 
 
 def w_put_config(

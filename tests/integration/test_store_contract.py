@@ -218,6 +218,54 @@ async def test_a_snapshot_alone_changes_and_the_given_encoding_is_stored(store):
     assert (await store.list(A, TaskQuery())).total_size == 2
 
 
+def artifact_event(task: pb.Task, seq: int, text: str) -> StoredEvent:
+    update = pb.TaskArtifactUpdateEvent(task_id=task.id, context_id=task.context_id, append=True)
+    update.artifact.artifact_id = "a"
+    update.artifact.parts.add(text=text)
+    return StoredEvent(seq, pb.StreamResponse(artifact_update=update))
+
+
+async def test_saves_of_artifact_events_alone_store_the_snapshot_and_keep_the_counts(store):
+    """Saves whose events are all artifact updates (a streaming agent's chunks: the
+    task's state and status time unchanged): the snapshot stored, events too, the counts
+    as they were. Also when the snapshot does change state or is not stored yet (the events
+    do not say so): the store goes by the snapshot."""
+    tasks = {name: make_task(name, state=WORKING, us=10) for name in ("t", "u", "v")}
+    for task in tasks.values():
+        await store.save(A, task, [status_event(task, 1)])
+    grown = {}
+    for name, task in tasks.items():
+        grown[name] = pb.Task()
+        grown[name].CopyFrom(task)
+        grown[name].artifacts.add(artifact_id="a").parts.add(text=f"{name} 0 1")
+    grown["u"].status.state = COMPLETED  # a state the events do not tell of
+    micros_to_timestamp(20, grown["u"].status.timestamp)
+    fresh = make_task("w", context_id="other", state=WORKING, us=30)  # not stored before
+    await asyncio.gather(
+        *(
+            store.save(A, grown[name], [artifact_event(task, 2, "0"), artifact_event(task, 3, "1")])
+            for name, task in tasks.items()
+        ),
+        store.save(A, fresh, [artifact_event(fresh, 5, "x")]),
+    )
+    for name in tasks:
+        assert await store.get(A, name) == grown[name]
+        assert [e.seq for e in await store.events_after(A, name, 0)] == [1, 2, 3]
+    assert await store.get(A, "w") == fresh
+    assert await store.last_seq(A, "w") == 5
+    # A second round, steady again, in one batch per task.
+    for name in ("t", "v"):
+        grown[name].artifacts[0].parts.add(text="2")
+        await store.save(A, grown[name], [artifact_event(tasks[name], 4, "2")])
+        assert await store.get(A, name) == grown[name]
+    assert (await store.list(A, TaskQuery(state=WORKING))).total_size == 3
+    assert (await store.list(A, TaskQuery(state=COMPLETED))).total_size == 1
+    assert (await store.list(A, TaskQuery(context_id="other"))).total_size == 1
+    assert (await store.list(A, TaskQuery())).total_size == 4
+    got = await store.list(A, TaskQuery(state=WORKING))
+    assert sorted(t.id for t in got.tasks) == ["t", "v", "w"]
+
+
 async def test_scope_isolation(store):
     task = make_task("shared", context_id="ctx", state=WORKING)
     await store.save(A, task, [status_event(task, 1), status_event(task, 2)])
@@ -1044,3 +1092,27 @@ async def test_sqlite_page_token_key_is_made_once_and_kept(tmp_path):
         assert other.page_token_key != key
     finally:
         await other.close()
+
+
+def test_a_store_used_from_another_loop_or_thread_refuses_the_write(tmp_path):
+    """The SQLite store writes on the loop that opened it only (its group commit runs
+    there): another loop, later on the same thread or on another thread, is told so."""
+    store = SqliteTaskStore(str(tmp_path / "tasks.db"))
+    task = make_task("t", state=WORKING)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(store.open())
+        loop.run_until_complete(store.save(A, task, [status_event(task, 1)]))
+
+        async def save_elsewhere() -> None:
+            await store.save(A, task, [status_event(task, 2)])
+
+        with pytest.raises(RuntimeError, match="another event loop"):
+            asyncio.run(save_elsewhere())  # the same thread, its loop not running
+        with pytest.raises(RuntimeError, match="another event loop"):
+            _in_thread(save_elsewhere())
+        loop.run_until_complete(store.save(A, task, [status_event(task, 2)]))
+        assert loop.run_until_complete(store.last_seq(A, "t")) == 2
+    finally:
+        loop.run_until_complete(store.close())
+        loop.close()

@@ -1,0 +1,127 @@
+"""The gateway writes each SSE frame as bytes itself (gateway.dispatch.sse_frame, _frames):
+byte for byte what sse-starlette's ServerSentEvent wrote for the same event before."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+from sse_starlette.event import ServerSentEvent
+from sse_starlette.sse import EventSourceResponse
+
+from gateway.dispatch import _EventStream, _frames, sse_frame
+from gateway.replies import ErrorReply
+from gateway.transcode import dumps_str
+from service.protocol.errors import TaskNotFoundError
+
+DATA = [
+    "",
+    "{}",
+    '{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"t"}}}',
+    'ünïcødé ✓ \u2028 \u0085 "quoted"',
+    "two\nlines",
+    "crlf\r\nand\rcr\n\nblank",
+    "trailing\n",
+]
+
+
+@pytest.mark.parametrize("data", DATA)
+@pytest.mark.parametrize("id", [None, "1", "42", "9007199254740993", "bad\nid"])
+@pytest.mark.parametrize("event", [None, "error", "two\r\nlines"])
+def test_a_frame_is_the_bytes_server_sent_event_wrote(data, id, event):
+    assert sse_frame(data, id=id, event=event) == ServerSentEvent(data, id=id, event=event).encode()
+
+
+class _Stream:
+    """A DocumentStream's shape: documents (or a final ErrorReply), `seq` of the last."""
+
+    def __init__(self, items):
+        self._items = iter(items)
+        self.seq = None
+        self.closed = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        try:
+            seq, item = next(self._items)
+        except StopIteration:
+            raise StopAsyncIteration from None
+        self.seq = seq
+        return item
+
+    async def aclose(self):
+        self.closed = True
+
+
+async def test_a_stream_is_the_frames_server_sent_event_wrote():
+    documents = [
+        (7, {"result": {"task": {"id": "t", "history": [{"text": "a\nb ✓"}]}}}),
+        (None, {"result": {"message": {"messageId": "m"}}}),  # a direct reply: no id
+        (8, {"result": {"statusUpdate": {"taskId": "t"}}}),
+    ]
+    err = TaskNotFoundError("Task t not found.")
+    error = ErrorReply({"error": {"message": "Task t not found.\nline two"}}, err)
+    stream = _Stream([*documents, (8, error)])
+    got = [frame async for frame in _frames(stream)]
+    want = [
+        ServerSentEvent(dumps_str(doc), id=str(seq) if seq else None).encode()
+        for seq, doc in documents
+    ]
+    want.append(ServerSentEvent(dumps_str(error.document), event="error").encode())
+    assert got == want
+    assert stream.closed
+
+
+def test_the_send_override_matches_the_installed_sse_starlette():
+    """gateway.dispatch._EventStream overrides EventSourceResponse._send_with_timeout (a
+    private method): it must still exist, take (send, message), and be what the response
+    sends its chunks through, with `_send_interrupted` the flag it sets."""
+    source = inspect.getsource(EventSourceResponse)
+    hook = EventSourceResponse.__dict__["_send_with_timeout"]
+    assert inspect.iscoroutinefunction(hook)
+    assert list(inspect.signature(hook).parameters) == ["self", "send", "message"]
+    assert "await self._send_with_timeout(" in source
+    assert "self._send_interrupted = True" in source
+    assert "_send_with_timeout" in _EventStream.__dict__
+
+
+async def test_a_stream_response_sends_the_frames_and_marks_a_failed_send():
+    frames = [sse_frame("one", id="1"), sse_frame("two", id="2")]
+
+    async def body():
+        for frame in frames:
+            yield frame
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    response = _EventStream(body())
+    await response._send_with_timeout(send, {"type": "http.response.body", "body": frames[0]})
+    assert sent == [{"type": "http.response.body", "body": frames[0]}]
+    assert not response._send_interrupted
+
+    async def broken(message):
+        raise OSError("reset")
+
+    with pytest.raises(OSError):
+        await response._send_with_timeout(broken, {"type": "http.response.body", "body": b""})
+    assert response._send_interrupted
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"jsonrpc": "2.0", "id": 7, "result": {"task": {"id": "t", "history": []}}},
+        {"text": 'ünïcødé ✓ \u2028 \n\t"\\ \x00 \U0001f600', "n": [1, 2.5, -0.0, 10**30]},
+        {"none": None, "bool": True},  # (NaN is no JSON: orjson writes null, json NaN)
+        [],
+        "plain",
+    ],
+)
+def test_answers_json_text_is_json_dumps_text(value):
+    assert dumps_str(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
