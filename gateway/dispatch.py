@@ -29,18 +29,19 @@ from typing import Protocol
 
 from google.protobuf.message import Message
 from sse_starlette.event import ServerSentEvent
-from sse_starlette.sse import EventSourceResponse
 from starlette.responses import Response
 
 from gateway.body import A2A_MEDIA_TYPE, JSON_MEDIA_TYPE, MAX_BODY_BYTES, rest_media_type
 from gateway.errors import http_headers, jsonrpc_error_body, rest_error_body
 from gateway.replies import Document, DocumentStream, ErrorReply, Reply
+from gateway.sse import SseResponse
 from gateway.transcode import dumps, dumps_str, to_json_dict
 from service.inputs.early import PartLimits
 from service.protocol.errors import A2AError
 
 # JSON-RPC errors travel with HTTP 200, except these transport-level refusals.
 JSONRPC_KEPT_STATUSES = frozenset({401, 405, 413, 415, 429, 503})
+KEEPALIVE = ServerSentEvent(comment="keep-alive").encode()  # on an idle stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +117,8 @@ def forward(reply: Reply, codec: Codec, options: HttpOptions) -> Response:
         return Response(dumps(reply), media_type=codec.media_type)
     if isinstance(reply, ErrorReply):
         return _error_response(reply, codec)
-    return EventSourceResponse(
-        _frames(reply),
-        headers={"Cache-Control": "no-store"},
-        ping=options.keepalive_seconds,
-        ping_message_factory=_keepalive,
+    return SseResponse(
+        _frames(reply), keepalive_seconds=options.keepalive_seconds, keepalive=KEEPALIVE
     )
 
 
@@ -136,10 +134,6 @@ def _error_response(reply: ErrorReply, codec: Codec) -> Response:
         media_type=codec.media_type,
         headers=http_headers(reply.error),
     )
-
-
-def _keepalive() -> ServerSentEvent:
-    return ServerSentEvent(comment="keep-alive")
 
 
 async def _frames(stream: DocumentStream) -> AsyncIterator[ServerSentEvent]:
