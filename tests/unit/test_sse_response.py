@@ -144,3 +144,39 @@ async def test_an_open_stream_holds_two_tasks_and_few_objects():
     assert tasks == 2
     # this test's own Frames, Client, queue and messages are ~20 of them
     assert per_stream < 60, f"{per_stream:.0f} Python objects per open stream"
+
+
+async def test_frames_sent_leave_nothing_behind():
+    """An open stream keeps no Python object per frame it sent."""
+    streams, frames_each = 50, 40
+    opened = []
+    for _ in range(streams):
+        frames, client = Frames(), Client()
+        client.send = _counting(client)  # type: ignore[method-assign]  # keeps no message
+        run = asyncio.create_task(response(frames)(SCOPE, client.receive, client.send))
+        opened.append((frames, client, run))
+
+    async def each_sends(n: int) -> None:
+        for frames, _, _ in opened:
+            for k in range(n):
+                frames.queue.put_nowait(ServerSentEvent(f"chunk {k}", id=str(k)))
+        await until(lambda: all(f.queue.empty() for f, _, _ in opened))
+        await asyncio.sleep(0.01)
+
+    await each_sends(5)
+    gc.collect()
+    before = len(gc.get_objects())
+    await each_sends(frames_each)
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    for _, client, _ in opened:
+        client.gone.set()
+    await asyncio.wait_for(asyncio.gather(*(run for _, _, run in opened)), 5)
+    assert grown < streams, f"{grown} more Python objects after {frames_each} frames a stream"
+
+
+def _counting(client: Client):
+    async def send(message: dict) -> None:
+        client.sent[:] = [message]  # the last message only: the test's own memory stays flat
+
+    return send
