@@ -30,14 +30,12 @@ from typing import Protocol
 
 from google.protobuf.message import Message
 from sse_starlette.event import ServerSentEvent
-from sse_starlette.sse import EventSourceResponse
 from starlette.responses import Response
-from starlette.types import Message as Message_
-from starlette.types import Send
 
 from gateway.body import A2A_MEDIA_TYPE, JSON_MEDIA_TYPE, MAX_BODY_BYTES, rest_media_type
 from gateway.errors import http_headers, jsonrpc_error_body, rest_error_body
 from gateway.replies import Document, DocumentStream, ErrorReply, Reply
+from gateway.sse import SseResponse
 from gateway.transcode import dumps_str, to_json_dict
 from service.inputs.early import PartLimits
 from service.protocol.errors import A2AError
@@ -45,6 +43,7 @@ from service.protocol.json_text import dumps
 
 # JSON-RPC errors travel with HTTP 200, except these transport-level refusals.
 JSONRPC_KEPT_STATUSES = frozenset({401, 405, 413, 415, 429, 503})
+KEEPALIVE = ServerSentEvent(comment="keep-alive").encode()  # on an idle stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,30 +119,9 @@ def forward(reply: Reply, codec: Codec, options: HttpOptions) -> Response:
         return Response(dumps(reply), media_type=codec.media_type)
     if isinstance(reply, ErrorReply):
         return _error_response(reply, codec)
-    return _EventStream(
-        _frames(reply),
-        headers={"Cache-Control": "no-store"},
-        ping=options.keepalive_seconds,
-        ping_message_factory=_keepalive,
+    return SseResponse(
+        _frames(reply), keepalive_seconds=options.keepalive_seconds, keepalive=KEEPALIVE
     )
-
-
-class _EventStream(EventSourceResponse):
-    """sse-starlette's response, each send without the anyio cancel scope it opens for its
-    per-send timeout, which this service never sets (the scope costs about 6 µs an event,
-    the send itself a tenth of that). Overrides a private method, checked against the
-    installed release by tests/unit/test_sse_frames.py; with a timeout set, or in a
-    release without that method, sse-starlette's own path is taken."""
-
-    async def _send_with_timeout(self, send: Send, message: Message_) -> None:
-        if self.send_timeout is not None:
-            await super()._send_with_timeout(send, message)
-            return
-        try:
-            await send(message)
-        except BaseException:
-            self._send_interrupted = True  # as sse-starlette marks a send that never ended
-            raise
 
 
 def forward_error(exc: BaseException, codec: Codec, where: str) -> Response:
@@ -160,13 +138,9 @@ def _error_response(reply: ErrorReply, codec: Codec) -> Response:
     )
 
 
-def _keepalive() -> ServerSentEvent:
-    return ServerSentEvent(comment="keep-alive")
-
-
-# How sse-starlette's ServerSentEvent.encode() writes a frame, with its default separator
-# (the one the EventSourceResponse above uses): the frames are made here as bytes, the
-# same bytes (tests/unit/test_sse_frames.py), without an object per event.
+# How sse-starlette's ServerSentEvent.encode() writes a frame, with its default separator:
+# the frames are made here as bytes, the same bytes (tests/unit/test_sse_frames.py),
+# without an object per event.
 _SEP = "\r\n"
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 

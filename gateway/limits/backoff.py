@@ -45,6 +45,11 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+# One generator for every connection: a Random holds 2.5 KiB of Mersenne Twister state, which
+# one per open connection (an SSE stream is one) would cost for a factor drawn per refusal.
+_RANDOM = random.Random()
+
+
 class ConnectionBackoff:
     """One connection's refusals: how long to stop reading it after the current response."""
 
@@ -56,7 +61,7 @@ class ConnectionBackoff:
         self._hint = 0.0  # Retry-After of the response being sent, 0 if it is no refusal
         self._streak = 0  # refusals on this connection, each within STREAK_SECONDS of the last
         self._last = 0.0  # when the last of them was sent
-        self._random = rng or random.Random()
+        self._random = rng or _RANDOM
         self._clock = clock
 
     def refused(self, retry_after: float) -> None:

@@ -10,7 +10,7 @@ import pathlib
 import sys
 from typing import Any
 
-from service.app import card_cli, config, config_doc, push_cli, workers
+from service.app import card_cli, config, config_doc, memory, push_cli, workers
 from service.ops import logflood, logs
 from service.telemetry import remote
 
@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         workers.as_worker(settings)
     from service.app.server import StartupError, serve
 
+    memory.limit_malloc_arenas()  # before the loop's threads: they share two C heap arenas
     try:
         asyncio.run(serve(settings))
     except (StartupError, config.ConfigError) as exc:

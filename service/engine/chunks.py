@@ -98,8 +98,12 @@ class Chunks:
         head: bytes = task.SerializeToString()
         if not self._tails:
             return head
-        out = bytearray()
-        pos = index = 0
+        # Pieces joined once: one allocation of the snapshot's size per commit, not a
+        # buffer regrown piece by piece (with many runs committing in turn, the heap keeps
+        # the holes such regrowth leaves).
+        view = memoryview(head)
+        pieces: list[bytes | bytearray | memoryview] = []
+        pos = index = copied = 0
         while pos < len(head):
             start = pos
             tag, pos = _read_varint(head, pos)
@@ -108,14 +112,16 @@ class Chunks:
                 tail = self._tails.get(index)
                 index += 1
                 if tail is not None:
-                    out += _varint(tag)
-                    out += _varint(length + len(tail))
-                    out += head[pos : pos + length]
-                    out += tail
+                    pieces.append(view[copied:start])
+                    pieces.append(_varint(tag))
+                    pieces.append(_varint(length + len(tail)))
+                    pieces.append(view[pos : pos + length])
+                    pieces.append(tail)
                     pos += length
+                    copied = pos
                     continue
                 pos += length
             else:
                 pos = _skip(head, pos, tag & 7)
-            out += head[start:pos]
-        return bytes(out)
+        pieces.append(view[copied:])
+        return b"".join(pieces)

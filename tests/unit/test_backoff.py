@@ -4,6 +4,7 @@ The clock and the random factor are given, so the figures are exact."""
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 
@@ -86,3 +87,16 @@ def test_retry_after_reads_seconds_and_ignores_what_it_cannot_read():
     assert retry_after([(b"content-type", b"x"), (b"Retry-After", b"3")]) == 3.0
     assert retry_after([(b"retry-after", b"Fri, 04 Dec 2026 03:00:00 GMT")]) == 0.0
     assert retry_after([]) == 0.0
+
+
+def test_a_connections_backoff_is_small():
+    """Every open connection (an SSE stream is one) holds one: no random generator of its
+    own (2.5 KiB of state each)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [ConnectionBackoff() for _ in range(100)]
+        per_connection = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert per_connection < 300, f"{per_connection:.0f} bytes per connection"
