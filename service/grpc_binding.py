@@ -40,10 +40,10 @@ from service.net.limits import CallLimit
 from service.protocol.errors import A2AError, InvalidRequestError
 from service.protocol.event_ids import (
     RESUME_KEY,
-    encoded_with_event_id,
     opens_replay,
     resume_point,
     set_event_id,
+    with_event_id,
 )
 from service.protocol.grpc_status import error_status
 from service.telemetry import names
@@ -234,16 +234,10 @@ def streaming_method(
             if edge is None:
                 async for event in events:
                     call.event(event)
-                    seq = events.seq if numbered else None
-                    if seq:  # encoded here, with its number (the serializer passes bytes on)
-                        encoded = encoded_with_event_id(event, seq)
-                        if logged:
-                            call.bytes += len(encoded)
-                        yield encoded
-                        continue
+                    reply = with_event_id(event, events.seq) if numbered else event
                     if logged:
-                        call.bytes += event.ByteSize()
-                    yield event
+                        call.bytes += reply.ByteSize()
+                    yield reply
             else:
                 first = True
                 async for event in events:
@@ -317,20 +311,6 @@ def _parser(
 Handler = Callable[[Any, Any], Any]
 
 
-def _serializer(cls: type[ProtoMessage]) -> Callable[[ProtoMessage | bytes], bytes]:
-    """`cls`'s encoder; a reply a method encoded itself (a numbered stream event) is bytes
-    already and goes out as it is."""
-    encode = cls.SerializeToString
-
-    def serialize(reply: ProtoMessage | bytes) -> bytes:
-        if isinstance(reply, bytes):
-            return reply
-        encoded: bytes = encode(reply)
-        return encoded
-
-    return serialize
-
-
 def _refusing_undecodable(behavior: Handler) -> Handler:
     """A handler of a service without the pipeline (health): an undecodable request is
     refused as InvalidRequest before it runs."""
@@ -395,7 +375,7 @@ def add_servicer(
             request_deserializer=_parser(
                 request_cls, parts, _SEND_SHAPES.get(method.input_type.full_name)
             ),
-            response_serializer=_serializer(response_cls),
+            response_serializer=response_cls.SerializeToString,
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)

@@ -62,63 +62,6 @@ def with_event_id(event: Message, seq: int | None) -> Message:
     return out
 
 
-def encoded_with_event_id(event: Message, seq: int) -> bytes:
-    """`with_event_id(event, seq)` encoded, without the copy: the event's own encoding with
-    the number appended as a second occurrence of its payload holding only that metadata
-    entry (a parser merges the two: an embedded message given twice is merged, and a map
-    entry of a new key is added). When the payload's metadata holds this namespace already
-    (the entry would replace it), the copy is made after all."""
-    which = event.WhichOneof("payload")
-    own: bytes
-    if which is None:
-        own = event.SerializeToString()
-        return own
-    payload = getattr(event, which)
-    if payload.HasField("metadata") and NAMESPACE in payload.metadata.fields:
-        own = with_event_id(event, seq).SerializeToString()
-        return own
-    digits = str(seq).encode()
-    key = (type(event), which, len(digits))
-    head = _ID_HEADS.get(key)
-    if head is None:
-        head = _ID_HEADS[key] = _id_head(event, which, len(digits))
-    own = event.SerializeToString()
-    return own + head + digits
-
-
-# What goes before the digits, by (event type, payload, number of digits): every length in
-# it depends on those alone, the digits come last.
-_ID_HEADS: dict[tuple[type, str, int], bytes] = {}
-
-
-def _id_head(event: Message, which: str, size: int) -> bytes:
-    """The payload `which` holding metadata {NAMESPACE: {EVENT_ID_KEY: "<size digits>"}},
-    encoded, without the digits at its end."""
-    field = event.DESCRIPTOR.fields_by_name[which]
-    metadata = field.message_type.fields_by_name["metadata"]
-    placeholder = b"0" * size
-    value = _field(2, _field(3, placeholder))  # Struct.fields entry's value: Value{string_value}
-    entry = _field(1, _field(1, EVENT_ID_KEY.encode()) + value)  # Struct.fields entry
-    namespace = _field(2, _field(5, entry))  # its value: Value{struct_value: that Struct}
-    outer = _field(1, _field(1, NAMESPACE.encode()) + namespace)  # metadata.fields entry
-    encoded = _field(field.number, _field(metadata.number, outer))
-    return encoded[:-size]
-
-
-def _field(number: int, body: bytes) -> bytes:
-    """A length-delimited field: tag, length, body."""
-    return _varint(number << 3 | 2) + _varint(len(body)) + body
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def take_event_id(event: Message) -> int | None:
     """The number a relayed gRPC event carries (None when none), removed from it in place."""
     raw = take_digits(event)

@@ -10,7 +10,6 @@ from gen import a2a_pb2 as pb
 from gen import a2a_v0_3_pb2 as v03
 from service.protocol.errors import InvalidParamsError
 from service.protocol.event_ids import (
-    encoded_with_event_id,
     opens_replay,
     resume_point,
     set_event_id,
@@ -79,43 +78,3 @@ def test_only_a_resumed_subscriptions_opening_task_with_events_to_follow_opens_a
     assert not opens_replay(task, 9, 9)  # nothing after the resume point
     assert not opens_replay(task, 9, None)  # not resumed
     assert not opens_replay(update(), 9, 4)  # not a task
-
-
-def _events() -> list[pb.StreamResponse]:
-    """One event of each payload, with and without metadata of their own."""
-    task = pb.StreamResponse()
-    task.task.id = "t"
-    task.task.history.add(message_id="m").parts.add(text="hi ✓")
-    message = pb.StreamResponse()
-    message.message.message_id = "m"
-    artifact = pb.StreamResponse()
-    artifact.artifact_update.task_id = "t"
-    artifact.artifact_update.artifact.parts.add(text="chunk")
-    artifact.artifact_update.append = True
-    tool = update({"other": {"a": [1, "b"]}, "x": "y"})
-    return [task, message, artifact, update(), tool]
-
-
-@pytest.mark.parametrize("seq", [1, 9, 10, 127, 128, 16_383, 16_384, 10**12, 10**18 - 1])
-@pytest.mark.parametrize("index", range(5))
-def test_the_encoded_event_is_the_numbered_copy(seq, index):
-    """gRPC sends a numbered event as bytes made without a copy: they parse to the message
-    with_event_id makes, for every payload and number of digits, and leave the event as it
-    was."""
-    event = _events()[index]
-    before = event.SerializeToString()
-    encoded = encoded_with_event_id(event, seq)
-    assert pb.StreamResponse.FromString(encoded) == with_event_id(event, seq)
-    assert take_event_id(pb.StreamResponse.FromString(encoded)) == seq
-    assert event.SerializeToString() == before
-
-
-def test_an_event_whose_namespace_has_keys_keeps_them_in_the_encoding():
-    event = update({"a2a_service": {"tool": {"status": "started"}}, "other": 1})
-    encoded = encoded_with_event_id(event, 12)
-    assert encoded == with_event_id(event, 12).SerializeToString()
-    assert pb.StreamResponse.FromString(encoded) == with_event_id(event, 12)
-
-
-def test_an_event_without_a_payload_is_encoded_as_it_is():
-    assert encoded_with_event_id(pb.StreamResponse(), 3) == b""
