@@ -54,6 +54,10 @@ BUSY_RESPONSE = (
 )
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 MAX_HEADER_BYTES = 16 * 1024  # request line and headers, as counted by the parser callbacks
+# Requests parsed behind one still being answered: llhttp parses all it is fed (h11 stopped at
+# the first), and each queued request holds ~2 KiB of scope and cycle; past this, the
+# connection is closed.
+MAX_PIPELINED = 32
 REFUSE_BATCH = 64  # refusals per accept() call; asyncio polls the listener again after
 EVICTING_AT_MOST = 16  # evicted connections whose descriptor is not closed yet
 
@@ -196,6 +200,11 @@ class HeadersTooLarge(Exception):
     """Raised from a parser callback: llhttp stops and uvicorn answers 400 and closes."""
 
 
+class TooManyPipelined(Exception):
+    """Raised from a parser callback: more requests queued behind the one answered than
+    MAX_PIPELINED."""
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the guard's deadlines and eviction (see the module doc)."""
 
@@ -256,6 +265,8 @@ class GuardedProtocol(HttpToolsProtocol):
             raise HeadersTooLarge
 
     def on_headers_complete(self) -> None:
+        if len(self.pipeline) >= MAX_PIPELINED:
+            raise TooManyPipelined
         super().on_headers_complete()
         self._parsing = _BODY
         cycle = self.cycle
@@ -266,6 +277,16 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._parsing = None
+
+    def send_400_response(self, msg: str) -> None:
+        """A bad request behind one still being answered (llhttp parses pipelined bytes as
+        they come) ends the connection without a word: a 400 written now would land in the
+        middle of the answer in flight."""
+        cycle = self.cycle
+        if self.pipeline or (cycle is not None and not cycle.response_complete):
+            self.transport.close()
+            return
+        super().send_400_response(msg)
 
     def on_response_complete(self) -> None:
         pause = self._backoff.pause()
@@ -383,7 +404,7 @@ def guarded_protocol(guard: ConnectionGuard) -> type[GuardedProtocol]:
 # ------------------------------------------------------------------- aborted uploads
 
 
-class _ClientGone(BaseException):
+class ClientGone(BaseException):
     """Raised into the application when the client left before its body was complete.
 
     A BaseException, like cancellation: the endpoints' `except Exception` must not turn
@@ -408,12 +429,12 @@ def quiet_aborted_uploads(app: Any) -> Any:
                 if not message.get("more_body", False):
                     body_done = True
             elif kind == "http.disconnect" and not body_done:
-                raise _ClientGone
+                raise ClientGone
             return message
 
         try:
             await app(scope, receive_body, send)
-        except _ClientGone:
+        except ClientGone:
             log.info(
                 "request ended before its body was complete (client gone or body timeout): %s %r",
                 scope.get("method", "?"),

@@ -208,6 +208,42 @@ async def test_headers_past_16_kib_are_refused_and_pipelined_requests_answered_i
     assert -1 not in where and where == sorted(where), answer[:500]
 
 
+async def test_requests_pipelined_behind_a_stream_are_bounded_and_never_cut_into_it(
+    start_service,
+):
+    """llhttp parses what a client pipelines behind a stream into queued requests: past
+    MAX_PIPELINED the connection is closed, and neither that nor a malformed request puts a
+    400 into the stream being answered."""
+    service = await http_service(start_service, http_header_timeout_seconds=30)
+    body = (
+        b'{"jsonrpc":"2.0","id":1,"method":"SendStreamingMessage","params":{"message":'
+        b'{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"slow 400"}]}}}'
+    )
+    head = (
+        b"POST / HTTP/1.1\r\nHost: a\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+    for behind in (
+        b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n" * 2000,
+        b"BAD\x01 / HTTP/1.1\r\n\r\n",
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.http_port)
+        try:
+            writer.write(head + body)
+            await writer.drain()
+            first = await asyncio.wait_for(reader.readuntil(b"data: "), BOUND)
+            assert first.startswith(b"HTTP/1.1 200 "), first[:200]
+            try:
+                writer.write(behind)
+                await writer.drain()
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+            rest = await read_until_closed(reader)
+            assert b"HTTP/1.1 400" not in rest, rest[-300:]
+        finally:
+            writer.close()
+
+
 # ------------------------------------------------------------------- the cap
 
 

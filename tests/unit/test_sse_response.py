@@ -9,6 +9,7 @@ import gc
 
 from sse_starlette.event import ServerSentEvent
 
+from gateway.limits.connections import ClientGone
 from gateway.sse import SseResponse
 
 KEEPALIVE = b": keep-alive\r\n\r\n"
@@ -16,14 +17,20 @@ SCOPE = {"type": "http", "method": "POST"}
 
 
 class Client:
-    """receive/send of one connection: what was sent, and a disconnect on demand."""
+    """receive/send of one connection: what was sent, and a disconnect on demand (`left`:
+    what receive raises instead, as quiet_aborted_uploads does mid-body)."""
 
-    def __init__(self) -> None:
+    def __init__(self, left: BaseException | None = None) -> None:
         self.sent: list[dict] = []
         self.gone = asyncio.Event()
+        self.receives = 0
+        self.left = left
 
     async def receive(self) -> dict:
+        self.receives += 1
         await self.gone.wait()
+        if self.left is not None:
+            raise self.left
         return {"type": "http.disconnect"}
 
     async def send(self, message: dict) -> None:
@@ -87,6 +94,27 @@ async def test_a_quiet_stream_gets_keepalives_and_no_more_once_it_ended():
     ended = len(client.sent)
     await asyncio.sleep(0.15)
     assert client.bodies()[-1] == b"" and len(client.sent) == ended
+
+
+async def test_one_receive_waits_across_keepalives():
+    """Each receive() would have uvicorn read the socket again (and llhttp parse whatever was
+    pipelined behind the stream): one stays pending however many keep-alives go out."""
+    frames, client = Frames(), Client()
+    running = asyncio.create_task(response(frames, 0.02)(SCOPE, client.receive, client.send))
+    await until(lambda: client.bodies().count(KEEPALIVE) >= 4)
+    assert client.receives == 1
+    client.gone.set()
+    await asyncio.wait_for(running, 5)
+    assert frames.closed
+
+
+async def test_a_client_gone_mid_body_ends_the_stream_too():
+    frames, client = Frames(), Client(left=ClientGone())
+    running = asyncio.create_task(response(frames)(SCOPE, client.receive, client.send))
+    await until(lambda: len(client.sent) == 1)
+    client.gone.set()
+    await asyncio.wait_for(running, 5)
+    assert frames.closed and not running.cancelled()
 
 
 async def test_a_disconnect_closes_the_frames_and_returns():
