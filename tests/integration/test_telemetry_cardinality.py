@@ -22,6 +22,7 @@ from tests.security_util import TOKENS, bearer_settings
 BEARER = {"Authorization": f"Bearer {TOKENS['alice']}", "A2A-Version": "1.0"}
 METHOD_TOKENS = 10_000
 CONNECTIONS = 20  # each sends its share of the method tokens pipelined
+PIPELINE_DEPTH = 32  # requests written before their answers are read
 OTHER_REQUESTS = 300  # per remaining kind: JSON-RPC methods, REST paths, gRPC paths
 
 
@@ -68,27 +69,30 @@ async def refused_by_parser(port: int, count: int) -> list[int]:
 
 
 async def pipelined(port: int, methods: list[str], credentials: bool) -> list[int]:
-    """Send one request per method on one connection, all before reading any answer;
-    returns the answers' status codes."""
+    """Send one request per method on one connection, PIPELINE_DEPTH at a time before reading
+    their answers (the server queues at most 32 behind the one it answers); returns the
+    answers' status codes."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     auth = f"Authorization: Bearer {TOKENS['alice']}\r\n" if credentials else ""
-    requests = (
-        f"{method} /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: 0\r\n\r\n"
-        for method in methods
-    )
-    writer.write("".join(requests).encode())
     statuses = []
     try:
-        for _ in methods:
-            head = await reader.readuntil(b"\r\n\r\n")
-            status_line, *fields = head.decode("latin-1").split("\r\n")
-            statuses.append(int(status_line.split(" ")[1]))
-            length = 0
-            for field in fields:
-                name, _, value = field.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            await reader.readexactly(length)
+        for start in range(0, len(methods), PIPELINE_DEPTH):
+            batch = methods[start : start + PIPELINE_DEPTH]
+            requests = (
+                f"{method} /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: 0\r\n\r\n"
+                for method in batch
+            )
+            writer.write("".join(requests).encode())
+            for _ in batch:
+                head = await reader.readuntil(b"\r\n\r\n")
+                status_line, *fields = head.decode("latin-1").split("\r\n")
+                statuses.append(int(status_line.split(" ")[1]))
+                length = 0
+                for field in fields:
+                    name, _, value = field.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                await reader.readexactly(length)
     finally:
         writer.close()
         await writer.wait_closed()
