@@ -9,7 +9,6 @@ json_format's; the send and its task reply must take the fast path at all.
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
@@ -20,10 +19,9 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from gateway.protojson import from_dict, to_dict
-from gateway.transcode import build_request, dumps_str, known_fields_only, to_json_dict
+from gateway.transcode import build_request, known_fields_only, to_json_dict
 from gen import a2a_pb2 as pb
 from gen import a2a_v0_3_pb2 as pb03
-from service.protocol.json_text import dumps
 
 _TEXTS = ["", "hello", "grüße ✓", 'line\nbreak "quoted"', "😀 pair"]
 
@@ -209,24 +207,3 @@ def test_a_value_json_format_cannot_write_fails_as_json_format_fails() -> None:
     with pytest.raises(json_format.Error) as fast:
         to_json_dict(task)
     assert str(fast.value) == str(slow.value)
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        {"jsonrpc": "2.0", "id": "grüße ✓", "result": {"text": 'line\nbreak "q" 😀', "n": [1, -2]}},
-        {"id": 2**70, "result": None},  # a request id past 64 bits: orjson refuses, json writes it
-        {1: "a", "b": True},  # a key that is not a string: json's conversion
-        {"f": [0.1, 1e22, -0.0, 123456.789]},
-    ],
-)
-def test_answers_json_means_what_json_dumps_means(value: Any) -> None:
-    written = dumps(value)
-    assert json.loads(written) == json.loads(
-        json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    )
-    assert dumps_str(value) == written.decode("utf-8")
-
-
-def test_answers_json_is_compact_utf8() -> None:
-    assert dumps({"a": [1, 2], "b": "grüße ✓"}) == '{"a":[1,2],"b":"grüße ✓"}'.encode()

@@ -3,8 +3,6 @@ byte for byte what sse-starlette's ServerSentEvent wrote for the same event befo
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from sse_starlette.event import ServerSentEvent
 
@@ -71,17 +69,3 @@ async def test_a_stream_is_the_frames_server_sent_event_wrote():
     want.append(ServerSentEvent(dumps_str(error.document), event="error").encode())
     assert got == want
     assert stream.closed
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        {"jsonrpc": "2.0", "id": 7, "result": {"task": {"id": "t", "history": []}}},
-        {"text": 'ünïcødé ✓ \u2028 \n\t"\\ \x00 \U0001f600', "n": [1, 2.5, -0.0, 10**30]},
-        {"none": None, "bool": True},  # (NaN is no JSON: orjson writes null, json NaN)
-        [],
-        "plain",
-    ],
-)
-def test_answers_json_text_is_json_dumps_text(value):
-    assert dumps_str(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
