@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from gen import a2a_pb2 as pb
@@ -35,6 +36,15 @@ COMMIT_RETRY_SECONDS = (
     0.05,
     2.0,
 )  # pause before retrying a commit the store refused: first, longest
+
+
+def _steady(events: list[StoredEvent]) -> bool:
+    """Only artifact updates: a run's artifact() never changes the task's state or status
+    time (the first chunk of a turn moves it to WORKING with an event of its own)."""
+    for stored in events:
+        if not stored.event.HasField("artifact_update"):
+            return False
+    return True
 
 
 def task_key(scope: Scope, task_id: str) -> str:
@@ -84,6 +94,10 @@ class TaskRun:
     # recorded, by that or by taking the task for a follow-up (released at the end).
     claim: Callable[[], None] | None = None
     owned: bool = False
+    # Changes to the snapshot that no event tells of (service metadata): counted, and the
+    # count the store last took, so that a save after one is never `steady`.
+    _quiet_changes: int = 0
+    _quiet_changes_saved: int = 0
 
     def __init__(
         self,
@@ -321,6 +335,7 @@ class TaskRun:
             self._task.metadata[NAMESPACE] = values
         elif NAMESPACE in self._task.metadata.fields:
             del self._task.metadata.fields[NAMESPACE]
+        self._quiet_changes += 1  # no event tells of it: the next save is not steady
 
     def _check_open(self) -> None:
         if self.broken:
@@ -438,12 +453,16 @@ class TaskRun:
             try:
                 # save() serializes before it yields, so later mutations cannot leak in.
                 # With chunks kept encoded (service.engine.chunks), the stored snapshot is
-                # composed from them: `snapshot`, given only then.
+                # composed from them: `snapshot`, given only then, and only if the store
+                # asks for it (one that keeps its snapshot for a steady save does not).
                 extra: dict[str, Any] = {}
                 if self._chunks:
-                    extra["snapshot"] = self._chunks.serialize(self._task)
+                    extra["snapshot"] = partial(self._chunks.serialize, self._task)
                 if self.first_commit_configs:
                     extra["configs"] = self.first_commit_configs
+                changes = self._quiet_changes
+                if _steady(todo) and changes == self._quiet_changes_saved:
+                    extra["steady"] = True
                 await self.store.save(self.scope, self._task, todo, **extra)
             except Exception as exc:
                 if trace is not None:
@@ -467,6 +486,7 @@ class TaskRun:
                 continue
             if trace is not None:
                 trace.committed(len(todo), time.perf_counter() - started)
+            self._quiet_changes_saved = changes
             break
         self.first_commit_configs = ()
         if self.failed_commit is not None:

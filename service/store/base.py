@@ -10,7 +10,7 @@ both, so configs share the tasks' durability.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -55,6 +55,19 @@ class StoredEvent(NamedTuple):
     event: pb.StreamResponse
 
 
+# A task already encoded, or how to encode it (called at most once, before `save` first
+# yields): a store that keeps its stored snapshot for a save does not pay for the encoding.
+Snapshot = bytes | Callable[[], bytes]
+
+
+def encoded(task: pb.Task, snapshot: Snapshot | None) -> bytes:
+    """The bytes a save stores: `snapshot`'s, else `task` encoded."""
+    if snapshot is None:
+        whole: bytes = task.SerializeToString()
+        return whole
+    return snapshot if isinstance(snapshot, bytes) else snapshot()
+
+
 class TaskStore(Protocol):
     """Task snapshots, their numbered events, and the queries over them."""
 
@@ -73,16 +86,23 @@ class TaskStore(Protocol):
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
-        snapshot: bytes | None = None,
+        snapshot: Snapshot | None = None,
+        steady: bool = False,
     ) -> None:
         """Insert or replace the task snapshot and append its new events, atomically; with
         `configs`, also put those push configs in the same write (a new task's configs go
         with its first events, so no config exists without its task).
 
-        `snapshot`: the whole task already encoded, when the caller has it so (a live run
-        keeps the chunks appended to its artifacts encoded, service.engine.chunks); it is
-        what is stored, and `task` then only gives the row's columns (id, context, status)
-        and may lack those chunks.
+        `snapshot`: the whole task encoded (or how to encode it), when the caller has it so
+        (a live run keeps the chunks appended to its artifacts encoded,
+        service.engine.chunks); it is what is stored, and `task` then only gives the row's
+        columns (id, context, status) and may lack those chunks.
+
+        `steady`: the caller vouches that `events` are all artifact updates and that the
+        stored row's context, state and status time stay as they are (a streaming agent's
+        chunks). A store may then keep the snapshot it has and store only the events, as
+        long as every read applies them (service.store.replay): SQLite writes the snapshot
+        of such saves once every SNAPSHOT_EVERY events.
 
         Returns only after the write is durable (survives kill -9 of this process).
         Order of calls is order of commit.

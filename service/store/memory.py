@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from gen import a2a_pb2 as pb
 from service.protocol.states import TERMINAL
 from service.protocol.timeutil import status_micros
-from service.store.base import Scope, StoredEvent, TaskPage, TaskQuery
+from service.store.base import Scope, Snapshot, StoredEvent, TaskPage, TaskQuery, encoded
 
 _UNSETTLED = (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
 
@@ -33,10 +33,11 @@ class MemoryTaskStore:
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
-        snapshot: bytes | None = None,
+        snapshot: Snapshot | None = None,
+        steady: bool = False,  # every save stores its snapshot here
     ) -> None:
         key = (scope, task.id)
-        self._tasks[key] = task.SerializeToString() if snapshot is None else snapshot
+        self._tasks[key] = encoded(task, snapshot)
         if events:
             self._events.setdefault(key, []).extend(events)
         for config in configs:

@@ -29,7 +29,7 @@ import service.store.pg_writes as writes
 from gen import a2a_pb2 as pb
 from service.protocol.errors import UnavailableError
 from service.protocol.timeutil import status_micros
-from service.store.base import Scope, StoredEvent
+from service.store.base import Scope, Snapshot, StoredEvent, encoded
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
 from service.store.pg_conn import (
     CONNECTION_ERRORS,
@@ -141,7 +141,8 @@ class PostgresTaskStore(SqlReads):
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
-        snapshot: bytes | None = None,
+        snapshot: Snapshot | None = None,
+        steady: bool = False,  # every save stores its snapshot here
     ) -> None:
         # Serialized now, so later changes to `task` by the caller are not stored.
         args = (
@@ -152,7 +153,7 @@ class PostgresTaskStore(SqlReads):
             int(task.status.state),
             status_micros(task),
             events[-1].seq if events else 0,
-            task.SerializeToString() if snapshot is None else snapshot,
+            encoded(task, snapshot),
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
         )

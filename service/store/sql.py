@@ -82,16 +82,20 @@ def _list_where(dialect: Dialect, scope: Scope, query: TaskQuery) -> tuple[str, 
     return " AND ".join(where), params
 
 
-def page_query(dialect: Dialect, scope: Scope, query: TaskQuery) -> tuple[str, list[Any]]:
+def page_query(
+    dialect: Dialect, scope: Scope, query: TaskQuery, more_columns: str = ""
+) -> tuple[str, list[Any]]:
     """SQL + parameters of one ListTasks page (one row more than the page size): newest
-    first, keyset-paged after the cursor's (status_us, id)."""
+    first, keyset-paged after the cursor's (status_us, id); each row (snapshot, status_us,
+    id) and then `more_columns` (", a, b"), which a store reads for itself."""
     where, params = _list_where(dialect, scope, query)
     if query.cursor is not None:
         params += [int(query.cursor[0]), str(query.cursor[1])]
         where += f" AND (status_us, id) < ({dialect.params(len(params) - 1, 2)})"
     params.append(max(query.page_size, 0) + 1)
     sql = (
-        f"SELECT snapshot, status_us, id FROM {_tasks_from(dialect, query)} WHERE {where}"
+        f"SELECT snapshot, status_us, id{more_columns} FROM {_tasks_from(dialect, query)}"
+        f" WHERE {where}"
         f" ORDER BY status_us DESC, id DESC LIMIT {dialect.param(len(params))}"
     )
     return sql, params

@@ -43,11 +43,17 @@ import service.store.sqlite_reads as reads
 import service.store.sqlite_writes as writes
 from gen import a2a_pb2 as pb
 from service.protocol.timeutil import status_micros
-from service.store.base import Scope, StoredEvent
+from service.store.base import Scope, Snapshot, StoredEvent, encoded
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
 from service.store.sql_reads import ReadQueries, SqlReads
 from service.store.sqlite_checkpoint import Checkpoints
-from service.store.sqlite_schema import connect, migrate, page_token_key, restart_wal
+from service.store.sqlite_schema import (
+    SNAPSHOT_EVERY,
+    connect,
+    migrate,
+    page_token_key,
+    restart_wal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,11 @@ def _artifacts_only(events: list[StoredEvent]) -> bool:
         if not stored.event.HasField("artifact_update"):
             return False
     return bool(events)
+
+
+def _crosses_multiple(events: list[StoredEvent]) -> bool:
+    """Whether the save's sequence numbers reach the next multiple of SNAPSHOT_EVERY."""
+    return events[-1].seq // SNAPSHOT_EVERY > (events[0].seq - 1) // SNAPSHOT_EVERY
 
 
 class SqliteTaskStore(SqlReads):
@@ -177,9 +188,13 @@ class SqliteTaskStore(SqlReads):
         task: pb.Task,
         events: list[StoredEvent],
         configs: Sequence[pb.TaskPushNotificationConfig] = (),
-        snapshot: bytes | None = None,
+        snapshot: Snapshot | None = None,
+        steady: bool = False,
     ) -> None:
-        # Serialized now, so later mutations of `task` by the caller are not stored.
+        # Serialized now, so later mutations of `task` by the caller are not stored. A
+        # steady save between two multiples of SNAPSHOT_EVERY keeps the stored snapshot:
+        # only its events are written (None), and reads apply them (sqlite_reads).
+        keep = steady and bool(events) and events[0].seq > 1 and not _crosses_multiple(events)
         args = (
             scope.tenant,
             scope.owner,
@@ -187,7 +202,7 @@ class SqliteTaskStore(SqlReads):
             task.context_id,
             int(task.status.state),
             status_micros(task),
-            task.SerializeToString() if snapshot is None else snapshot,
+            None if keep else encoded(task, snapshot),
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
             _artifacts_only(events),

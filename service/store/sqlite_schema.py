@@ -12,7 +12,10 @@ from service.protocol.states import TERMINAL
 
 log = logging.getLogger("service.store.sqlite")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# Schema 4: a streaming task's snapshot is written once every SNAPSHOT_EVERY artifact
+# events (service.store.sqlite `save`); `tasks.snapshot_seq` is the last event it holds.
+SNAPSHOT_EVERY = 32
 
 UNSETTLED_SQL = f"state IN ({int(pb.TASK_STATE_SUBMITTED)}, {int(pb.TASK_STATE_WORKING)})"
 FINISHED_SQL = "state IN ({})".format(", ".join(str(int(s)) for s in sorted(TERMINAL)))
@@ -160,7 +163,17 @@ def migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
         if version < 3:
             conn.execute(_FINISHED_INDEX)
-        # Later versions: `if version < 4: ...` here.
+        if version < 4:
+            # Snapshots written before hold every event of their task: running tasks get
+            # their last event's sequence (what later steady saves are counted from), the
+            # others NULL (nothing to apply).
+            conn.execute("ALTER TABLE tasks ADD COLUMN snapshot_seq INTEGER")
+            conn.execute(
+                "UPDATE tasks SET snapshot_seq = (SELECT MAX(e.last_seq) FROM events AS e"
+                " WHERE e.tenant = tasks.tenant AND e.owner = tasks.owner"
+                f" AND e.task_id = tasks.id) WHERE {UNSETTLED_SQL}"
+            )
+        # Later versions: `if version < 5: ...` here.
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

@@ -48,12 +48,14 @@ def unavailable() -> RuntimeError:
 # Everything here runs on the event loop inside the batch transaction.
 
 _TASK_INSERT = (
-    "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot) VALUES {values}"
+    "INSERT INTO tasks (tenant, owner, id, context_id, state, status_us, snapshot, snapshot_seq)"
+    " VALUES {values}"
 )
 _TASK_UPSERT = (
     _TASK_INSERT
     + " ON CONFLICT (tenant, owner, id) DO UPDATE SET context_id = excluded.context_id,"
-    " state = excluded.state, status_us = excluded.status_us, snapshot = excluded.snapshot"
+    " state = excluded.state, status_us = excluded.status_us, snapshot = excluded.snapshot,"
+    " snapshot_seq = excluded.snapshot_seq"
 )
 _EVENT_INSERT = (
     "INSERT INTO events (tenant, owner, task_id, last_seq, first_seq, payload) VALUES {values}"
@@ -70,7 +72,9 @@ _STORED_STATES = (
 )
 # A task whose indexed columns stay as they are (an artifact chunk, most events of a
 # stream): only its snapshot changes, and no index entry is rewritten.
-_SNAPSHOT_UPDATE = "UPDATE tasks SET snapshot = ? WHERE tenant = ? AND owner = ? AND id = ?"
+_SNAPSHOT_UPDATE = (
+    "UPDATE tasks SET snapshot = ?, snapshot_seq = ? WHERE tenant = ? AND owner = ? AND id = ?"
+)
 # The same for a task whose saves carry only artifact events (`steady`): its stored
 # columns are taken to be these, no SELECT reads them first; a row that differs after all
 # (or is missing) is left as it is and takes the general path.
@@ -154,39 +158,45 @@ def _w_save_many(conn: sqlite3.Connection, saves: list[tuple[Any, ...]]) -> None
 
     A task whose saves here are all steady (artifact events only) gets its snapshot in one
     conditional UPDATE, with no SELECT of what it was: its indexed columns and counts
-    stand. Only if that row differs (or is not there) does it take the general path."""
+    stand. Only if that row differs (or is not there) does it take the general path.
+
+    A save without a snapshot (SqliteTaskStore.save kept the stored one) adds only its
+    events. A stored snapshot records the sequence of the last event it holds
+    (`snapshot_seq`; NULL for a save without events: it holds all of them), so that reads
+    apply the events stored after it (sqlite_reads)."""
     latest: dict[_TaskKey, tuple[Any, ...]] = {}
     runs: dict[_TaskKey, list[tuple[int, bytes]]] = {}
     steady: dict[_TaskKey, bool] = {}  # every save of the task in the batch is steady
     for args in saves:
         key = (args[0], args[1], args[2])
-        latest[key] = args[:7]
+        if args[6] is not None:
+            latest[key] = (*args[:7], args[7][-1][0] if args[7] else None)
         steady[key] = steady.get(key, True) and args[9]
         if args[7]:
             runs.setdefault(key, []).extend(args[7])
     created = {key for key, evs in runs.items() if evs[0][0] == 1}
     for key, alone in steady.items():
-        if alone and key not in created:
-            row = latest[key]
-            if conn.execute(_SNAPSHOT_IF_SAME, (row[6], *key, row[3], row[4], row[5])).rowcount:
+        row = latest.get(key)
+        if alone and row is not None and key not in created:
+            if conn.execute(_SNAPSHOT_IF_SAME, (row[6], row[7], *key, *row[3:6])).rowcount:
                 del latest[key]  # stored: its columns and counts stay as they are
     before = _stored_columns(conn, latest, created)
     counts = _count_changes(latest, before)
     if counts:
         _insert(conn, _COUNT_ADD, 5, counts)
     if created:
-        _insert(conn, _TASK_INSERT, 7, [row for key, row in latest.items() if key in created])
+        _insert(conn, _TASK_INSERT, 8, [row for key, row in latest.items() if key in created])
     if len(created) < len(latest):
         changed, same = [], []
         for key, row in latest.items():
             if key in created:
                 continue
             if before.get(key) == (row[3], row[4], row[5]):
-                same.append((row[6], *key))
+                same.append((row[6], row[7], *key))
             else:
                 changed.append(row)
         if changed:
-            _insert(conn, _TASK_UPSERT, 7, changed)
+            _insert(conn, _TASK_UPSERT, 8, changed)
         if same:
             conn.executemany(_SNAPSHOT_UPDATE, same)
     if runs:
@@ -205,7 +215,7 @@ def w_save(
     context_id: str,
     state: int,
     status_us: int,
-    snapshot: bytes,
+    snapshot: bytes | None,
     events: list[tuple[int, bytes]],
     configs: list[tuple[str, str, bytes]],
     steady: bool,

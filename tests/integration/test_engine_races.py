@@ -21,6 +21,7 @@ from service.protocol.errors import (
     UnsupportedOperationError,
 )
 from service.store import Scope
+from service.store.base import encoded
 from tests.conftest import make_settings, user_message
 
 CALL = CallContext()
@@ -42,8 +43,8 @@ def slow_saves(service: Service, delay: float) -> None:
     store = service.engine.store
     real = store.save
 
-    async def save(scope, task, events, snapshot=None):
-        task = pb.Task.FromString(snapshot or task.SerializeToString())  # before yielding
+    async def save(scope, task, events, snapshot=None, steady=False):
+        task = pb.Task.FromString(encoded(task, snapshot))  # before yielding
         await asyncio.sleep(delay)
         await real(scope, task, events)
 

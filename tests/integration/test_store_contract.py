@@ -28,7 +28,7 @@ from service.store.event_blob import unpack_events as _unpack_events
 from service.store.memory import MemoryTaskStore
 from service.store.sqlite import SqliteTaskStore
 from service.store.sqlite_reads import count_query, page_query
-from service.store.sqlite_schema import _SCHEMA, SCHEMA_VERSION
+from service.store.sqlite_schema import _SCHEMA, SCHEMA_VERSION, SNAPSHOT_EVERY
 from service.store.sqlite_writes import SqliteWriter
 from tests.conftest import missing_part
 from tests.pg_util import create_database, drop_database
@@ -264,6 +264,114 @@ async def test_saves_of_artifact_events_alone_store_the_snapshot_and_keep_the_co
     assert (await store.list(A, TaskQuery())).total_size == 4
     got = await store.list(A, TaskQuery(state=WORKING))
     assert sorted(t.id for t in got.tasks) == ["t", "v", "w"]
+
+
+def chunk_event(task: pb.Task, seq: int, artifact_id: str, text: str, append: bool) -> StoredEvent:
+    update = pb.TaskArtifactUpdateEvent(task_id=task.id, context_id=task.context_id, append=append)
+    update.artifact.artifact_id = artifact_id
+    update.artifact.parts.add(text=text)
+    return StoredEvent(seq, pb.StreamResponse(artifact_update=update))
+
+
+def apply_chunk(task: pb.Task, event: StoredEvent) -> None:
+    """What the engine does to its live task with one chunk (TaskRun.artifact)."""
+    update = event.event.artifact_update
+    found = [a for a in task.artifacts if a.artifact_id == update.artifact.artifact_id]
+    if not found:
+        task.artifacts.append(update.artifact)
+    elif update.append:
+        found[0].parts.extend(update.artifact.parts)
+    else:
+        found[0].CopyFrom(update.artifact)
+
+
+async def test_steady_saves_read_back_whole_wherever_the_snapshot_was_kept(store):
+    """A streaming task's chunks saved one per save as `steady`: every read (get, list,
+    unsettled) sees every chunk, whichever saves the store kept its snapshot for; appends,
+    a replaced artifact and new ones; then the final state."""
+    live = make_task("s", state=WORKING, us=10)
+    other = make_task("o", state=WORKING, us=5)  # listed beside it, never steady
+    await store.save(A, live, [status_event(live, 1)])
+    await store.save(A, other, [status_event(other, 1)])
+    for seq in range(2, 80):
+        if seq == 40:
+            event = chunk_event(live, seq, "a", "replaced", append=False)
+        elif seq % 10 == 0:
+            event = chunk_event(live, seq, f"new-{seq}", f"{seq}", append=True)
+        else:
+            event = chunk_event(live, seq, "a", f"{seq} ", append=True)
+        apply_chunk(live, event)
+        # `task` without the chunks (as a live run passes it), the whole task in `snapshot`
+        head = make_task("s", state=WORKING, us=10)
+        await store.save(A, head, [event], snapshot=live.SerializeToString, steady=True)
+        if seq % 7 == 0 or seq in (31, 32, 33, 79):
+            assert await store.get(A, "s") == live, seq
+            page = await store.list(A, TaskQuery(state=WORKING))
+            assert [t for t in page.tasks if t.id == "s"] == [live], seq
+            assert page.total_size == 2
+            assert {t.id: t for _, t in await store.unsettled()}["s"] == live, seq
+    assert [e.seq for e in await store.events_after(A, "s", 0)] == list(range(1, 80))
+    done = pb.Task()
+    done.CopyFrom(live)
+    done.status.state = COMPLETED
+    await store.save(A, done, [status_event(done, 80)])
+    assert await store.get(A, "s") == done
+    assert (await store.list(A, TaskQuery(state=COMPLETED))).tasks == [done]
+
+
+async def test_sqlite_keeps_a_streaming_snapshot_between_multiples_and_reopens_caught_up(
+    tmp_path,
+):
+    """SQLite writes a steady save's snapshot only when its events reach a multiple of
+    SNAPSHOT_EVERY; in between, the row stays as it was and the file alone (reopened, as
+    after kill -9) still reads back every chunk."""
+    path = str(tmp_path / "tasks.db")
+    store = SqliteTaskStore(path)
+    await store.open()
+    live = make_task("s", state=WORKING, us=10)
+    await store.save(A, live, [status_event(live, 1)])
+    calls = 0
+
+    def counted(snapshot: bytes):
+        def now() -> bytes:
+            nonlocal calls
+            calls += 1
+            return snapshot
+
+        return now
+
+    last = SNAPSHOT_EVERY + 5
+    for seq in range(2, last + 1):
+        event = chunk_event(live, seq, "a", f"{seq} ", append=seq > 2)
+        apply_chunk(live, event)
+        await store.save(
+            A,
+            make_task("s", state=WORKING, us=10),
+            [event],
+            snapshot=counted(live.SerializeToString()),
+            steady=True,
+        )
+    assert calls == 1  # the save of event SNAPSHOT_EVERY alone
+    with sqlite3.connect(path) as raw:
+        row = raw.execute("SELECT snapshot_seq FROM tasks WHERE id = 's'").fetchone()
+    raw.close()
+    assert row == (SNAPSHOT_EVERY,)
+    await store.close()
+    store = SqliteTaskStore(path)
+    await store.open()
+    try:
+        assert await store.get(A, "s") == live
+        assert [t for _, t in await store.unsettled()] == [live]
+        # a save that is not steady stores its snapshot whatever its sequence
+        live.status.state = INPUT_REQUIRED
+        await store.save(A, live, [status_event(live, last + 1)])
+        with sqlite3.connect(path) as raw:
+            row = raw.execute("SELECT snapshot_seq FROM tasks WHERE id = 's'").fetchone()
+        raw.close()
+        assert row == (last + 1,)
+        assert await store.get(A, "s") == live
+    finally:
+        await store.close()
 
 
 async def test_scope_isolation(store):
@@ -1037,7 +1145,7 @@ async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
     await s.open()
     try:
         with sqlite3.connect(path) as raw:
-            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
             assert (
                 raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
                 == []
@@ -1049,6 +1157,44 @@ async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
             for context_id in ["", "c"]:
                 page = await s.list(A, TaskQuery(context_id=context_id, state=state))
                 assert page.total_size == len(page.tasks) == n, (context_id, state)
+    finally:
+        await s.close()
+
+
+async def test_a_version_3_database_gets_the_sequence_of_its_running_snapshots(tmp_path):
+    """Schema 4 records which event a snapshot holds last: a running task's is its last
+    event's (so later steady saves are counted from there), a finished one's none."""
+    path = tmp_path / "tasks.db"
+    running, done = make_task("run", state=WORKING), make_task("done", state=COMPLETED)
+    running.artifacts.add(artifact_id="a").parts.add(text="all of it")
+    with sqlite3.connect(path) as raw:  # as version 3 left it: no snapshot_seq
+        for stmt in _SCHEMA:
+            raw.execute(stmt)
+        for task in (running, done):
+            raw.execute(
+                "INSERT INTO tasks VALUES ('t1', 'alice', ?, 'ctx', ?, 1000000, ?)",
+                (task.id, task.status.state, task.SerializeToString()),
+            )
+        events = [status_event(running, 1), chunk_event(running, 2, "a", "x", append=False)]
+        for first, last in ((1, 1), (2, 2)):
+            packed = _pack_events(
+                [(e.seq, e.event.SerializeToString()) for e in events[first - 1 : last]]
+            )
+            raw.execute(
+                "INSERT INTO events VALUES ('t1', 'alice', 'run', ?, ?, ?)", (last, first, packed)
+            )
+        raw.execute("PRAGMA user_version = 3")
+    raw.close()
+
+    s = SqliteTaskStore(str(path))
+    await s.open()
+    try:
+        with sqlite3.connect(path) as raw:
+            rows = dict(raw.execute("SELECT id, snapshot_seq FROM tasks").fetchall())
+        raw.close()
+        assert rows == {"run": 2, "done": None}
+        assert await s.get(A, "run") == running  # its events are not applied twice
+        assert await s.get(A, "done") == done
     finally:
         await s.close()
 

@@ -34,7 +34,7 @@ class FaultyStore(MemoryTaskStore):
         self.lose_answer_at: int | None = None  # a commit holding this seq: stored, then failed
         self.attempts = 0
 
-    async def save(self, scope, task, events, configs=(), snapshot=None) -> None:
+    async def save(self, scope, task, events, configs=(), snapshot=None, steady=False) -> None:
         self.attempts += 1
         if self.down:
             raise UnavailableError("the task store (test) is unreachable", retry_after=1.0)
@@ -126,7 +126,7 @@ class RivalStore(MemoryTaskStore):
         super().__init__()
         self.at = at
 
-    async def save(self, scope, task, events, configs=(), snapshot=None) -> None:
+    async def save(self, scope, task, events, configs=(), snapshot=None, steady=False) -> None:
         if any(e.seq >= self.at for e in events):
             if await self.last_seq(scope, task.id) < self.at:
                 rival = pb.StreamResponse()

@@ -13,6 +13,7 @@ from gen import a2a_pb2 as pb
 from service.agent import Caller, TurnContext
 from service.engine.bus import InProcessBus
 from service.engine.registry import RESTART_MESSAGE, SHUTDOWN_MESSAGE, Engine, Turn
+from service.engine.run import TaskRun
 from service.protocol.errors import (
     InvalidParamsError,
     TaskNotCancelableError,
@@ -20,6 +21,7 @@ from service.protocol.errors import (
     UnsupportedOperationError,
 )
 from service.store import Scope, StoredEvent
+from service.store.base import encoded
 from service.store.memory import MemoryTaskStore
 from tests.agents import ScriptedAgent
 from tests.conftest import user_message
@@ -322,9 +324,9 @@ class BatchRecordingStore(MemoryTaskStore):
         self.batches: list[list[int]] = []
 
     async def save(
-        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot: bytes | None = None
+        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot=None, steady=False
     ) -> None:
-        await super().save(scope, task, events, snapshot=snapshot)
+        await super().save(scope, task, events, snapshot=snapshot, steady=steady)
         self.batches.append([e.seq for e in events])
         await asyncio.sleep(0.002)
 
@@ -378,9 +380,9 @@ class HeldStore(MemoryTaskStore):
         self.open.set()
 
     async def save(
-        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot: bytes | None = None
+        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot=None, steady=False
     ) -> None:
-        now = pb.Task.FromString(snapshot or task.SerializeToString())  # as it is now
+        now = pb.Task.FromString(encoded(task, snapshot))  # as it is now
         await self.open.wait()
         await super().save(scope, now, events)
 
@@ -666,3 +668,43 @@ async def test_shutdown_right_after_start_fails_the_turn():
     assert task.status.state == pb.TASK_STATE_FAILED
     assert status_text(task) == SHUTDOWN_MESSAGE
     assert agent.canceled == agent.started
+
+
+class SteadyRecordingStore(MemoryTaskStore):
+    """Records, per save, the kinds of its events and whether it came as `steady`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves: list[tuple[list[str | None], bool]] = []
+
+    async def save(self, scope, task, events, configs=(), snapshot=None, steady=False) -> None:
+        await super().save(scope, task, events, configs, snapshot, steady)
+        self.saves.append(([e.event.WhichOneof("payload") for e in events], steady))
+
+
+async def test_a_run_says_steady_only_for_chunks_with_nothing_else_changed():
+    """Steady saves let a store keep its snapshot (SQLite does, between multiples): only a
+    commit of artifact updates alone qualifies, and not the one after a change no event
+    tells of (service metadata), which the stored snapshot must then carry."""
+    store = SteadyRecordingStore()
+    run = TaskRun(store=store, bus=InProcessBus(), scope=SCOPE, task_id="t", context_id="c")
+    chunk = pb.Artifact(artifact_id="a")
+    chunk.parts.add(text="x")
+    run.artifact(chunk, append=False, last_chunk=False, metadata=None)  # creates, WORKING
+    await run.flushed()
+    run.artifact(chunk, append=True, last_chunk=False, metadata=None)
+    await run.flushed()
+    run.set_service_metadata({"note": "kept"})
+    run.artifact(chunk, append=True, last_chunk=False, metadata=None)
+    await run.flushed()
+    run.artifact(chunk, append=True, last_chunk=True, metadata=None)
+    await run.flushed()
+    assert store.saves == [
+        (["task", "status_update", "artifact_update"], False),
+        (["artifact_update"], True),
+        (["artifact_update"], False),  # carries the metadata change
+        (["artifact_update"], True),
+    ]
+    stored = await store.get(SCOPE, "t")
+    assert stored.metadata["a2a_service"]["note"] == "kept"
+    assert list(stored.artifacts[0].parts) == [chunk.parts[0]] * 4

@@ -113,11 +113,11 @@ class AuditRefusingStore(MemoryTaskStore):
     """Refuses every commit whose snapshot carries a permission audit record."""
 
     async def save(
-        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot: bytes | None = None
+        self, scope: Scope, task: pb.Task, events: list[StoredEvent], snapshot=None, steady=False
     ) -> None:
         if AUDIT_KEY in namespace_of(task, "a2a_service"):
             raise RuntimeError("disk full")
-        await super().save(scope, task, events, snapshot=snapshot)
+        await super().save(scope, task, events, snapshot=snapshot, steady=steady)
 
 
 async def test_an_automatic_allow_that_cannot_be_recorded_is_not_acted_on():

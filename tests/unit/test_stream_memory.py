@@ -77,7 +77,9 @@ def _heap_in_use():
 class ForgetfulStore(MemoryTaskStore):
     """Takes every commit and keeps none of it: what grows is not the store's."""
 
-    async def save(self, scope, task, events: list[StoredEvent], configs=(), snapshot=None):
+    async def save(
+        self, scope, task, events: list[StoredEvent], configs=(), snapshot=None, steady=False
+    ):
         return None
 
 
