@@ -120,6 +120,10 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(graceful_seconds, 0.1),  # type: ignore[arg-type]  # float is fine
             server_header=False,
+            # The socket's peer is the client (docs/operations.md, `client_address`): no
+            # X-Forwarded-For is trusted, from loopback either (uvicorn's default), and the
+            # middleware that would read it is one layer less on every request.
+            proxy_headers=False,
             http=guarded_protocol(guard),
             **(websocket or {"ws": "none"}),
             timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]  # float is fine

@@ -263,7 +263,8 @@ async def test_access_line_has_client_status_bytes_and_user_agent(start_service,
     caplog.set_level(logging.INFO, logger="service.access")
     service = await start_service(http_port=0, store="memory:", agent="tests.agents:ScriptedAgent")
     base = f"http://127.0.0.1:{service.http_port}"
-    agent = {"User-Agent": "ops-test/1.0 (+loopback)"}
+    # A forwarded-for header is not trusted, from loopback either: the line has the peer.
+    agent = {"User-Agent": "ops-test/1.0 (+loopback)", "X-Forwarded-For": "203.0.113.9"}
     async with httpx.AsyncClient(base_url=base, timeout=20, headers=agent) as http:
         listed = await http.get("/tasks", headers=V1)
         missing = await http.get("/tasks/no-such-task", headers=V1)
