@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from gateway.unknown_fields import UnknownFieldSettings, validate_unknown_fields
+from service.app.memory import MemorySettings, validate_memory
 from service.auth import settings as security
 from service.auth.settings import SecuritySettings
 from service.cards import signing
@@ -91,6 +92,7 @@ class Settings(
     RetentionSettings,
     ClusterSettings,
     TelemetrySettings,
+    MemorySettings,
 ):
     """Every key: the sections each subsystem owns (and validates), plus the service's own."""
 
@@ -395,6 +397,7 @@ def validate(s: Settings) -> None:
         validate_retention,
         validate_cluster,
         validate_telemetry,
+        validate_memory,
     ):
         try:
             check(s)

@@ -26,6 +26,11 @@ class Housekeeping:
     def add(self, name: str, interval: float, job: Job) -> None:
         self._jobs.append((name, interval, job))
 
+    @property
+    def jobs(self) -> dict[str, float]:
+        """Each job's name and interval (seconds)."""
+        return {name: interval for name, interval, _ in self._jobs}
+
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run(*job)) for job in self._jobs]

@@ -53,6 +53,7 @@ from service.app.config import ConfigError, Settings, secret_files, secrets
 from service.app.deployment_warnings import deployment_warnings
 from service.app.drain import Draining, drain
 from service.app.housekeeping import Housekeeping
+from service.app.memory import HeapTrim
 from service.app.ownership import Ownership
 from service.app.parts import StartupError, setting
 from service.auth import Authenticator, TlsFiles
@@ -598,7 +599,8 @@ class Service:
         return f"{ws_scheme}{sep}{rest}{self.settings.websocket_path}" if sep else ""
 
     def _housekeeping_jobs(self, agent: Agent, blobs: LocalBlobStore) -> None:
-        """Retention (task_retention) and idle-context eviction (context_idle_timeout)."""
+        """Retention (task_retention), idle-context eviction (context_idle_timeout) and the
+        C heap's trim (heap_trim_seconds)."""
         s = self.settings
         assert self.store is not None and self.engine is not None and self.api is not None
         engine = self.engine
@@ -625,6 +627,9 @@ class Service:
                     await evict_workdirs(idle, engine.active_contexts())
 
             self.housekeeping.add("idle context eviction", sweep_interval(idle), evict)
+        trim = HeapTrim.load() if s.heap_trim_seconds else None
+        if trim is not None:
+            self.housekeeping.add("heap trim", s.heap_trim_seconds, trim)
 
     def _interfaces(self) -> list[pb.AgentInterface]:
         """What is really served, preferred first: JSON-RPC (what most clients try first),

@@ -172,3 +172,17 @@ async def test_idle_command_workspaces_are_evicted(tmp_path, start_service):
         second = (await stub.SendMessage(pb.SendMessageRequest(message=again))).task
         assert second.status.state == pb.TASK_STATE_COMPLETED
         assert workdir.is_dir()
+
+
+async def test_the_heap_trim_runs_by_default_and_can_be_turned_off(tmp_path, start_service):
+    """`heap_trim_seconds` (service.app.memory): the housekeeping job that gives the C
+    heap's free memory back, on Linux every 30 s unless set to 0."""
+    service = await start_service(store="memory:", agent="tests.agents:ScriptedAgent")
+    assert service.housekeeping.jobs["heap trim"] == 30.0
+    quiet = await start_service(
+        store="memory:",
+        agent="tests.agents:ScriptedAgent",
+        heap_trim_seconds=0,
+        data_dir=str(tmp_path / "quiet"),
+    )
+    assert "heap trim" not in quiet.housekeeping.jobs

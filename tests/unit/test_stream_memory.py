@@ -12,16 +12,14 @@ its chunk's encoded bytes, not a message (~100 bytes of arena per part)."""
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import gc
-import platform
 from functools import partial
 
 import pytest
 
 from gen import a2a_pb2 as pb
 from service.agent import Caller, TurnContext
+from service.app import memory
 from service.engine.bus import InProcessBus
 from service.engine.registry import Engine
 from service.store import Scope, StoredEvent
@@ -36,42 +34,10 @@ STEP = 10  # events the agents emit before the streams catch up
 WAIT = 10
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
-
-
 def _heap_in_use():
     """Bytes of the C heap in use (glibc), or None where it cannot be read."""
-    if platform.system() != "Linux":
-        return None
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    libc = ctypes.CDLL(name)
-    reader = getattr(libc, "mallinfo2", None)
-    if reader is None:
-        return None
-    reader.restype = _MallInfo2
-
-    def in_use() -> int:
-        info = reader()
-        return int(info.uordblks + info.hblkhd)
-
-    return in_use
+    heap = memory.HeapTrim.load()
+    return None if heap is None else heap.in_use_bytes
 
 
 class ForgetfulStore(MemoryTaskStore):
