@@ -27,6 +27,7 @@ from service.protocol.errors import InternalError, InvalidAgentResponseError, Un
 from service.protocol.states import SETTLED, TERMINAL, state_name
 from service.protocol.timeutil import micros_to_timestamp, now_micros
 from service.store import Scope, StoredEvent, TaskStore, WriteConflict
+from service.store.base import artifacts_only
 from service.telemetry import hub
 
 log = logging.getLogger("service.run")
@@ -36,15 +37,6 @@ COMMIT_RETRY_SECONDS = (
     0.05,
     2.0,
 )  # pause before retrying a commit the store refused: first, longest
-
-
-def _steady(events: list[StoredEvent]) -> bool:
-    """Only artifact updates: a run's artifact() never changes the task's state or status
-    time (the first chunk of a turn moves it to WORKING with an event of its own)."""
-    for stored in events:
-        if not stored.event.HasField("artifact_update"):
-            return False
-    return True
 
 
 def task_key(scope: Scope, task_id: str) -> str:
@@ -461,7 +453,9 @@ class TaskRun:
                 if self.first_commit_configs:
                     extra["configs"] = self.first_commit_configs
                 changes = self._quiet_changes
-                if _steady(todo) and changes == self._quiet_changes_saved:
+                # Chunks alone never change the state or status time (the first chunk of a
+                # turn moves the task to WORKING with an event of its own).
+                if artifacts_only(todo) and changes == self._quiet_changes_saved:
                     extra["steady"] = True
                 await self.store.save(self.scope, self._task, todo, **extra)
             except Exception as exc:

@@ -55,6 +55,15 @@ class StoredEvent(NamedTuple):
     event: pb.StreamResponse
 
 
+def artifacts_only(events: Sequence[StoredEvent]) -> bool:
+    """Whether `events` are all artifact updates (and there is one): a streaming agent's
+    chunks, which leave a task's state and status time as they were."""
+    for stored in events:
+        if not stored.event.HasField("artifact_update"):
+            return False
+    return bool(events)
+
+
 # A task already encoded, or how to encode it (called at most once, before `save` first
 # yields): a store that keeps its stored snapshot for a save does not pay for the encoding.
 Snapshot = bytes | Callable[[], bytes]

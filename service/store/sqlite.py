@@ -43,7 +43,7 @@ import service.store.sqlite_reads as reads
 import service.store.sqlite_writes as writes
 from gen import a2a_pb2 as pb
 from service.protocol.timeutil import status_micros
-from service.store.base import Scope, Snapshot, StoredEvent, encoded
+from service.store.base import Scope, Snapshot, StoredEvent, artifacts_only, encoded
 from service.store.pacing import DEFAULT_COMMIT_INTERVAL
 from service.store.sql_reads import ReadQueries, SqlReads
 from service.store.sqlite_checkpoint import Checkpoints
@@ -56,14 +56,6 @@ from service.store.sqlite_schema import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def _artifacts_only(events: list[StoredEvent]) -> bool:
-    """Whether a save is steady (sqlite_writes._w_save_many): events, all artifact updates."""
-    for stored in events:
-        if not stored.event.HasField("artifact_update"):
-            return False
-    return bool(events)
 
 
 def _crosses_multiple(events: list[StoredEvent]) -> bool:
@@ -205,7 +197,7 @@ class SqliteTaskStore(SqlReads):
             None if keep else encoded(task, snapshot),
             [(e.seq, e.event.SerializeToString()) for e in events],
             [(c.task_id, c.id, c.SerializeToString()) for c in configs],
-            _artifacts_only(events),
+            artifacts_only(events),
         )
         await self._write(writes.w_save, args)
 
