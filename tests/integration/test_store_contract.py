@@ -218,11 +218,15 @@ async def test_a_snapshot_alone_changes_and_the_given_encoding_is_stored(store):
     assert (await store.list(A, TaskQuery())).total_size == 2
 
 
-def artifact_event(task: pb.Task, seq: int, text: str) -> StoredEvent:
-    update = pb.TaskArtifactUpdateEvent(task_id=task.id, context_id=task.context_id, append=True)
-    update.artifact.artifact_id = "a"
+def chunk_event(task: pb.Task, seq: int, artifact_id: str, text: str, append: bool) -> StoredEvent:
+    update = pb.TaskArtifactUpdateEvent(task_id=task.id, context_id=task.context_id, append=append)
+    update.artifact.artifact_id = artifact_id
     update.artifact.parts.add(text=text)
     return StoredEvent(seq, pb.StreamResponse(artifact_update=update))
+
+
+def artifact_event(task: pb.Task, seq: int, text: str) -> StoredEvent:
+    return chunk_event(task, seq, "a", text, append=True)
 
 
 async def test_saves_of_artifact_events_alone_store_the_snapshot_and_keep_the_counts(store):
@@ -264,13 +268,6 @@ async def test_saves_of_artifact_events_alone_store_the_snapshot_and_keep_the_co
     assert (await store.list(A, TaskQuery())).total_size == 4
     got = await store.list(A, TaskQuery(state=WORKING))
     assert sorted(t.id for t in got.tasks) == ["t", "v", "w"]
-
-
-def chunk_event(task: pb.Task, seq: int, artifact_id: str, text: str, append: bool) -> StoredEvent:
-    update = pb.TaskArtifactUpdateEvent(task_id=task.id, context_id=task.context_id, append=append)
-    update.artifact.artifact_id = artifact_id
-    update.artifact.parts.add(text=text)
-    return StoredEvent(seq, pb.StreamResponse(artifact_update=update))
 
 
 def apply_chunk(task: pb.Task, event: StoredEvent) -> None:
@@ -319,6 +316,26 @@ async def test_steady_saves_read_back_whole_wherever_the_snapshot_was_kept(store
     assert (await store.list(A, TaskQuery(state=COMPLETED))).tasks == [done]
 
 
+def _query(path, sql: str) -> list[tuple]:
+    """Rows of `sql` read straight from the SQLite file."""
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute(sql).fetchall()
+    raw.close()
+    return rows
+
+
+def _file_at_version(path, version: int, statements: list[tuple[str, tuple]]) -> None:
+    """A SQLite file as schema `version` left it: the first schema, `statements`, the
+    version number."""
+    with sqlite3.connect(path) as raw:
+        for stmt in _SCHEMA:
+            raw.execute(stmt)
+        for stmt, params in statements:
+            raw.execute(stmt, params)
+        raw.execute(f"PRAGMA user_version = {version}")
+    raw.close()
+
+
 async def test_sqlite_keeps_a_streaming_snapshot_between_multiples_and_reopens_caught_up(
     tmp_path,
 ):
@@ -352,10 +369,7 @@ async def test_sqlite_keeps_a_streaming_snapshot_between_multiples_and_reopens_c
             steady=True,
         )
     assert calls == 1  # the save of event SNAPSHOT_EVERY alone
-    with sqlite3.connect(path) as raw:
-        row = raw.execute("SELECT snapshot_seq FROM tasks WHERE id = 's'").fetchone()
-    raw.close()
-    assert row == (SNAPSHOT_EVERY,)
+    assert _query(path, "SELECT snapshot_seq FROM tasks WHERE id = 's'") == [(SNAPSHOT_EVERY,)]
     await store.close()
     store = SqliteTaskStore(path)
     await store.open()
@@ -365,10 +379,7 @@ async def test_sqlite_keeps_a_streaming_snapshot_between_multiples_and_reopens_c
         # a save that is not steady stores its snapshot whatever its sequence
         live.status.state = INPUT_REQUIRED
         await store.save(A, live, [status_event(live, last + 1)])
-        with sqlite3.connect(path) as raw:
-            row = raw.execute("SELECT snapshot_seq FROM tasks WHERE id = 's'").fetchone()
-        raw.close()
-        assert row == (last + 1,)
+        assert _query(path, "SELECT snapshot_seq FROM tasks WHERE id = 's'") == [(last + 1,)]
         assert await store.get(A, "s") == live
     finally:
         await store.close()
@@ -1127,19 +1138,20 @@ _V1_COUNT_TRIGGERS = [
 
 async def test_a_version_1_database_keeps_its_counts_without_triggers(tmp_path):
     path = tmp_path / "tasks.db"
-    with sqlite3.connect(path) as raw:  # as version 1 left it: counted by triggers
-        for stmt in _SCHEMA:
-            raw.execute(stmt)
-        for stmt in _V1_COUNT_TRIGGERS:
-            raw.execute(stmt)
-        for i, state in enumerate([WORKING, WORKING, COMPLETED]):
-            task = make_task(f"t{i}", context_id="c", state=state, us=i)
-            raw.execute(
-                "INSERT INTO tasks VALUES ('t1', 'alice', ?, 'c', ?, ?, ?)",
-                (task.id, state, i, task.SerializeToString()),
-            )
-        raw.execute("PRAGMA user_version = 1")
-    raw.close()
+    rows = [
+        (
+            "INSERT INTO tasks VALUES ('t1', 'alice', ?, 'c', ?, ?, ?)",
+            (
+                f"t{i}",
+                state,
+                i,
+                make_task(f"t{i}", context_id="c", state=state, us=i).SerializeToString(),
+            ),
+        )
+        for i, state in enumerate([WORKING, WORKING, COMPLETED])
+    ]
+    # as version 1 left it: counted by triggers
+    _file_at_version(path, 1, [(stmt, ()) for stmt in _V1_COUNT_TRIGGERS] + rows)
 
     s = SqliteTaskStore(str(path))
     await s.open()
@@ -1167,32 +1179,26 @@ async def test_a_version_3_database_gets_the_sequence_of_its_running_snapshots(t
     path = tmp_path / "tasks.db"
     running, done = make_task("run", state=WORKING), make_task("done", state=COMPLETED)
     running.artifacts.add(artifact_id="a").parts.add(text="all of it")
-    with sqlite3.connect(path) as raw:  # as version 3 left it: no snapshot_seq
-        for stmt in _SCHEMA:
-            raw.execute(stmt)
-        for task in (running, done):
-            raw.execute(
-                "INSERT INTO tasks VALUES ('t1', 'alice', ?, 'ctx', ?, 1000000, ?)",
-                (task.id, task.status.state, task.SerializeToString()),
-            )
-        events = [status_event(running, 1), chunk_event(running, 2, "a", "x", append=False)]
-        for first, last in ((1, 1), (2, 2)):
-            packed = _pack_events(
-                [(e.seq, e.event.SerializeToString()) for e in events[first - 1 : last]]
-            )
-            raw.execute(
-                "INSERT INTO events VALUES ('t1', 'alice', 'run', ?, ?, ?)", (last, first, packed)
-            )
-        raw.execute("PRAGMA user_version = 3")
-    raw.close()
+    tasks = [
+        (
+            "INSERT INTO tasks VALUES ('t1', 'alice', ?, 'ctx', ?, 1000000, ?)",
+            (task.id, task.status.state, task.SerializeToString()),
+        )
+        for task in (running, done)
+    ]
+    events = [
+        (
+            "INSERT INTO events VALUES ('t1', 'alice', 'run', ?, ?, ?)",
+            (e.seq, e.seq, _pack_events([(e.seq, e.event.SerializeToString())])),
+        )
+        for e in (status_event(running, 1), chunk_event(running, 2, "a", "x", append=False))
+    ]
+    _file_at_version(path, 3, tasks + events)  # as version 3 left it: no snapshot_seq
 
     s = SqliteTaskStore(str(path))
     await s.open()
     try:
-        with sqlite3.connect(path) as raw:
-            rows = dict(raw.execute("SELECT id, snapshot_seq FROM tasks").fetchall())
-        raw.close()
-        assert rows == {"run": 2, "done": None}
+        assert dict(_query(path, "SELECT id, snapshot_seq FROM tasks")) == {"run": 2, "done": None}
         assert await s.get(A, "run") == running  # its events are not applied twice
         assert await s.get(A, "done") == done
     finally:
