@@ -80,6 +80,14 @@ class _MallInfo2(ctypes.Structure):
     ]
 
 
+def _libc() -> ctypes.CDLL | None:
+    """The C library, on Linux (where glibc's heap functions are looked for)."""
+    if platform.system() != "Linux":
+        return None
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name) if name is not None else None
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm", "rb") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -98,12 +106,9 @@ class HeapTrim:
 
     @classmethod
     def load(cls) -> HeapTrim | None:
-        if platform.system() != "Linux":
+        libc = _libc()
+        if libc is None:
             return None
-        name = ctypes.util.find_library("c")
-        if name is None:
-            return None
-        libc = ctypes.CDLL(name)
         mallinfo2 = getattr(libc, "mallinfo2", None)  # glibc 2.33 and later
         malloc_trim = getattr(libc, "malloc_trim", None)
         if mallinfo2 is None or malloc_trim is None:
@@ -146,12 +151,10 @@ class HeapTrim:
 def limit_malloc_arenas(arenas: int = ARENAS) -> bool:
     """Cap glibc's malloc arenas at `arenas`; False where it is not done (not Linux, no
     `mallopt`, or the environment chose)."""
-    if platform.system() != "Linux" or "MALLOC_ARENA_MAX" in os.environ:
+    if "MALLOC_ARENA_MAX" in os.environ:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    mallopt = getattr(ctypes.CDLL(name), "mallopt", None)
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None) if libc is not None else None
     if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
